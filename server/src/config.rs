@@ -1,0 +1,136 @@
+//! Command-line and environment configuration.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+/// durable-mcp: an MCP server whose long-running tools survive crashes, restarts and dropped
+/// clients.
+///
+/// Without a subcommand it serves: MCP (Streamable HTTP) at /mcp and the dashboard at /.
+#[derive(Debug, Parser)]
+#[command(name = "durable-mcp", version, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve MCP at /mcp and the dashboard at / (the default).
+    Serve(ServeArgs),
+}
+
+/// Settings of the server. Every flag can also be set through the environment variable shown.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on. Keep the loopback default unless a proxy with authentication sits
+    /// in front: the server has no authentication of its own.
+    #[arg(long, env = "DURABLE_MCP_HOST", default_value = "127.0.0.1")]
+    pub host: IpAddr,
+
+    /// Port to listen on; 0 picks a free one (the chosen address is printed).
+    #[arg(long, env = "DURABLE_MCP_PORT", default_value_t = 8080)]
+    pub port: u16,
+
+    /// SQLite database holding tasks and checkpoints (created if missing).
+    #[arg(long, env = "DURABLE_MCP_DB", default_value = "durable-mcp.db")]
+    pub db: PathBuf,
+
+    /// Directory that data-migration source and destination paths are resolved in (created if
+    /// missing); nothing outside it is read or written.
+    #[arg(long, env = "DURABLE_MCP_DATA_DIR", default_value = "data")]
+    pub data_dir: PathBuf,
+
+    /// Factor applied to every simulated delay: 0.01 makes a 10 s epoch take 0.1 s.
+    #[arg(long, env = "DURABLE_MCP_TIME_SCALE", default_value_t = 1.0, value_parser = parse_time_scale)]
+    pub time_scale: f64,
+
+    /// Completed, failed and cancelled tasks are deleted this long after they finished
+    /// (e.g. 7d, 12h, 30m).
+    #[arg(long, env = "DURABLE_MCP_RETENTION", default_value = "7d", value_parser = humantime::parse_duration)]
+    pub retention: Duration,
+
+    /// How often expired tasks are looked for.
+    #[arg(long, env = "DURABLE_MCP_RETENTION_INTERVAL", default_value = "10m", value_parser = humantime::parse_duration)]
+    pub retention_interval: Duration,
+
+    /// Tasks advanced at the same time; further ones wait as `pending`.
+    #[arg(long, env = "DURABLE_MCP_MAX_RUNNING_TASKS", default_value_t = 32)]
+    pub max_running_tasks: usize,
+
+    /// An MCP session with no requests for this long is closed; its client must initialize again.
+    #[arg(long, env = "DURABLE_MCP_SESSION_IDLE_TIMEOUT", default_value = "30m", value_parser = humantime::parse_duration)]
+    pub session_idle_timeout: Duration,
+
+    /// Browser origins allowed besides loopback ones (comma-separated, e.g.
+    /// https://ops.example.com). Requests from any other Origin get 403.
+    #[arg(
+        long = "allowed-origin",
+        env = "DURABLE_MCP_ALLOWED_ORIGINS",
+        value_delimiter = ','
+    )]
+    pub allowed_origins: Vec<String>,
+
+    /// Host names accepted in the Host header besides loopback ones (comma-separated); needed
+    /// when clients reach the server under a public name.
+    #[arg(
+        long = "allowed-host",
+        env = "DURABLE_MCP_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    pub allowed_hosts: Vec<String>,
+
+    /// Largest accepted request body in bytes; larger ones get 413.
+    #[arg(long, env = "DURABLE_MCP_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
+    pub max_body_bytes: usize,
+
+    /// Directory of the built dashboard (Trunk's dist) served at /.
+    #[arg(long, env = "DURABLE_MCP_DASHBOARD_DIR", default_value = "web/dist")]
+    pub dashboard_dir: PathBuf,
+
+    /// On SIGTERM or Ctrl-C, how long to wait for tasks to checkpoint and connections to close.
+    #[arg(long, env = "DURABLE_MCP_SHUTDOWN_GRACE", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub shutdown_grace: Duration,
+}
+
+fn parse_time_scale(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number"))?;
+    if !(0.0..=1000.0).contains(&value) {
+        return Err(format!("must be between 0 and 1000, got {value}"));
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_work_with_and_without_the_serve_subcommand() {
+        let bare = Cli::try_parse_from(["durable-mcp", "--port", "9000"]).unwrap();
+        assert_eq!(bare.serve.port, 9000);
+        let explicit = Cli::try_parse_from(["durable-mcp", "serve", "--port", "9001"]).unwrap();
+        match explicit.command {
+            Some(Command::Serve(args)) => assert_eq!(args.port, 9001),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_the_reason() {
+        let err = Cli::try_parse_from(["durable-mcp", "--time-scale", "-1"]).unwrap_err();
+        assert!(
+            err.to_string().contains("must be between 0 and 1000"),
+            "{err}"
+        );
+        let err = Cli::try_parse_from(["durable-mcp", "--retention", "soon"]).unwrap_err();
+        assert!(err.to_string().contains("--retention"), "{err}");
+    }
+}

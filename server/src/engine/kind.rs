@@ -1,0 +1,231 @@
+//! The contract a durable task kind implements, and the type-erased form the engine stores.
+//!
+//! A kind says three things: how to turn validated parameters into a first checkpoint
+//! ([`TaskKind::plan`]), how to advance a checkpoint by one step ([`TaskKind::step`]), and,
+//! if its steps touch anything outside SQLite, how to bring that back in line with a checkpoint
+//! before continuing ([`TaskKind::restore`]). The engine does the rest: it commits each step's
+//! checkpoint, progress and message in one transaction, resumes after crashes, and honours
+//! pause and cancel between (and during) steps.
+
+use std::future::Future;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::runner::{self, RunContext};
+
+/// What a kind can use while planning and stepping.
+#[derive(Debug, Clone)]
+pub struct Env {
+    /// Every path a task reads or writes is resolved inside this directory.
+    pub data_dir: PathBuf,
+    /// Factor applied to every simulated delay (`--time-scale`).
+    pub time_scale: f64,
+}
+
+impl Env {
+    /// Sleeps for `seconds` of simulated work, scaled by `--time-scale`. The engine drops a step
+    /// that is sleeping here when its task is paused or cancelled.
+    pub async fn pace(&self, seconds: f64) {
+        let scaled = (seconds * self.time_scale).max(0.0);
+        if scaled > 0.0 {
+            tokio::time::sleep(Duration::from_secs_f64(scaled)).await;
+        }
+    }
+
+    /// Resolves a client-supplied relative path inside the data directory, refusing absolute
+    /// paths, `..` and anything that would land outside it.
+    pub fn resolve(&self, field: &str, path: &str) -> Result<PathBuf, String> {
+        if path.trim().is_empty() {
+            return Err(format!("{field} must not be empty"));
+        }
+        let relative = Path::new(path);
+        for component in relative.components() {
+            match component {
+                Component::Normal(_) | Component::CurDir => {}
+                Component::ParentDir => {
+                    return Err(format!("{field} {path:?} must not contain '..'"));
+                }
+                Component::RootDir | Component::Prefix(_) => {
+                    return Err(format!(
+                        "{field} {path:?} must be relative to the data directory, not absolute"
+                    ));
+                }
+            }
+        }
+        let full = self.data_dir.join(relative);
+        // A symlink inside the data directory could still point outside it: check where the
+        // existing part of the path really is.
+        let root = self
+            .data_dir
+            .canonicalize()
+            .map_err(|e| format!("data directory {:?} is unusable: {e}", self.data_dir))?;
+        let mut existing = full.as_path();
+        while !existing.exists() {
+            existing = match existing.parent() {
+                Some(parent) => parent,
+                None => break,
+            };
+        }
+        if let Ok(real) = existing.canonicalize()
+            && !real.starts_with(&root)
+        {
+            return Err(format!("{field} {path:?} leads outside the data directory"));
+        }
+        Ok(full)
+    }
+}
+
+/// A task's first checkpoint and how many units of work it has in all.
+#[derive(Debug)]
+pub struct Plan<S> {
+    pub state: S,
+    pub total: u64,
+}
+
+/// The outcome of one step.
+#[derive(Debug)]
+pub enum Step<S, O> {
+    /// Commit `state`; more steps follow.
+    Continue {
+        state: S,
+        progress: u64,
+        message: String,
+    },
+    /// Commit `state` and `output` together; the task is completed.
+    Done {
+        state: S,
+        progress: u64,
+        message: String,
+        output: O,
+    },
+}
+
+/// Why a step failed; the task becomes `failed` with this message.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct StepError(pub String);
+
+impl From<std::io::Error> for StepError {
+    fn from(e: std::io::Error) -> Self {
+        StepError(format!("i/o error: {e}"))
+    }
+}
+
+impl From<serde_json::Error> for StepError {
+    fn from(e: serde_json::Error) -> Self {
+        StepError(format!("invalid JSON: {e}"))
+    }
+}
+
+/// A durable task kind. See the module documentation and the README for an example.
+pub trait TaskKind: Send + Sync + 'static {
+    /// The kind's stored name.
+    const NAME: &'static str;
+    type Params: Serialize + DeserializeOwned + Send + Sync + 'static;
+    /// The checkpoint: everything needed to continue after the last committed step.
+    type State: Serialize + DeserializeOwned + Send + Sync + 'static;
+    type Output: Serialize + Send + 'static;
+
+    /// Validates `params` and returns the first checkpoint. An `Err` is shown to the client as
+    /// an invalid-parameters error, so name the field and the allowed range.
+    fn plan(&self, params: &Self::Params, env: &Env) -> Result<Plan<Self::State>, String>;
+
+    /// Makes effects outside SQLite match `state` before the first step of a run (e.g. truncate
+    /// an output file back to the checkpointed length).
+    fn restore(
+        &self,
+        _params: &Self::Params,
+        _state: &Self::State,
+        _env: &Env,
+    ) -> Result<(), StepError> {
+        Ok(())
+    }
+
+    /// Advances `state` by one step. It must not change anything a later `restore` cannot undo:
+    /// a step may run again after a crash, but only its committed result counts.
+    fn step(
+        &self,
+        params: &Self::Params,
+        state: &Self::State,
+        env: &Env,
+    ) -> impl Future<Output = Result<Step<Self::State, Self::Output>, StepError>> + Send;
+}
+
+/// A planned task in JSON, ready to store.
+#[derive(Debug)]
+pub struct Planned {
+    pub params: Value,
+    pub checkpoint: Value,
+    pub total: u64,
+}
+
+/// [`TaskKind`] without its types, so kinds of different types share one registry.
+pub(crate) trait ErasedKind: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn plan(&self, params: Value, env: &Env) -> Result<Planned, String>;
+    fn run(self: Arc<Self>, ctx: RunContext) -> BoxFuture<'static, ()>;
+}
+
+pub(crate) struct Erased<K>(pub K);
+
+impl<K: TaskKind> ErasedKind for Erased<K> {
+    fn name(&self) -> &'static str {
+        K::NAME
+    }
+
+    fn plan(&self, params: Value, env: &Env) -> Result<Planned, String> {
+        let params: K::Params = serde_json::from_value(params)
+            .map_err(|e| format!("invalid parameters for {}: {e}", K::NAME))?;
+        let plan = self.0.plan(&params, env)?;
+        Ok(Planned {
+            params: serde_json::to_value(&params).map_err(|e| e.to_string())?,
+            checkpoint: serde_json::to_value(&plan.state).map_err(|e| e.to_string())?,
+            total: plan.total,
+        })
+    }
+
+    fn run(self: Arc<Self>, ctx: RunContext) -> BoxFuture<'static, ()> {
+        Box::pin(runner::run(self, ctx))
+    }
+}
+
+impl<K: TaskKind> Erased<K> {
+    pub(crate) fn kind(&self) -> &K {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_outside_the_data_directory_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = Env {
+            data_dir: dir.path().to_owned(),
+            time_scale: 1.0,
+        };
+        assert!(env.resolve("destination_path", "out/a.jsonl").is_ok());
+        assert_eq!(
+            env.resolve("destination_path", "../etc/passwd")
+                .unwrap_err(),
+            "destination_path \"../etc/passwd\" must not contain '..'"
+        );
+        assert_eq!(
+            env.resolve("source_path", "/etc/passwd").unwrap_err(),
+            "source_path \"/etc/passwd\" must be relative to the data directory, not absolute"
+        );
+        std::os::unix::fs::symlink("/tmp", dir.path().join("escape")).unwrap();
+        assert_eq!(
+            env.resolve("source_path", "escape/x").unwrap_err(),
+            "source_path \"escape/x\" leads outside the data directory"
+        );
+    }
+}

@@ -1,0 +1,483 @@
+//! The durable task engine: starts, advances, pauses, resumes and cancels tasks, and resumes
+//! unfinished ones after a restart.
+//!
+//! The engine knows nothing of MCP or HTTP. It publishes a [`TaskEvent`] for every change it
+//! commits; the MCP layer turns those into notifications. Every event is published only after
+//! the change it describes is durable.
+
+mod kind;
+mod runner;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use durable_shared::{CheckpointStats, ServerStats, TaskInfo, TaskStatus};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tokio::sync::{Semaphore, broadcast};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use kind::{Env, Plan, Step, StepError, TaskKind};
+use kind::{Erased, ErasedKind};
+use runner::RunContext;
+
+use crate::store::{NewTask, Store, StoreError, Transition};
+
+/// How many events a slow subscriber may fall behind before it must resynchronise from the store.
+const EVENT_BUFFER: usize = 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("{0}")]
+    InvalidParams(String),
+    #[error("unknown task kind {0:?}")]
+    UnknownKind(String),
+    #[error("task {0} not found")]
+    NotFound(String),
+    #[error("cannot {action} task {task_id}: it is {status}")]
+    InvalidState {
+        action: &'static str,
+        task_id: String,
+        status: TaskStatus,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// How loud a [`Milestone`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MilestoneLevel {
+    Info,
+    Error,
+}
+
+/// A lifecycle moment worth telling a person about (started, resumed, completed, failed...).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Milestone {
+    pub level: MilestoneLevel,
+    pub text: String,
+}
+
+impl Milestone {
+    pub fn info(text: String) -> Self {
+        Milestone {
+            level: MilestoneLevel::Info,
+            text,
+        }
+    }
+
+    pub fn error(text: String) -> Self {
+        Milestone {
+            level: MilestoneLevel::Error,
+            text,
+        }
+    }
+}
+
+/// A committed change to a task: its state right after the change.
+#[derive(Debug, Clone)]
+pub struct TaskEvent {
+    pub task: TaskInfo,
+    pub milestone: Option<Milestone>,
+}
+
+impl TaskEvent {
+    fn changed(task: TaskInfo) -> Self {
+        TaskEvent {
+            task,
+            milestone: None,
+        }
+    }
+
+    fn with(task: TaskInfo, milestone: Milestone) -> Self {
+        TaskEvent {
+            task,
+            milestone: Some(milestone),
+        }
+    }
+}
+
+/// Engine settings.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub env: Env,
+    /// Tasks advanced at once; the others wait as `pending`.
+    pub max_running: usize,
+}
+
+/// Collects the task kinds before the engine starts.
+pub struct EngineBuilder {
+    kinds: HashMap<&'static str, Arc<dyn ErasedKind>>,
+}
+
+impl EngineBuilder {
+    pub fn register<K: TaskKind>(mut self, kind: K) -> Self {
+        self.kinds.insert(K::NAME, Arc::new(Erased(kind)));
+        self
+    }
+
+    /// Starts the engine and resumes every task that was `pending` or `running` when the
+    /// process last stopped.
+    pub async fn start(
+        self,
+        store: Store,
+        config: EngineConfig,
+        shutdown: CancellationToken,
+    ) -> Result<Engine, EngineError> {
+        let secret = store.server_secret().await?;
+        let (events, _) = broadcast::channel(EVENT_BUFFER);
+        let engine = Engine {
+            inner: Arc::new(Inner {
+                store,
+                kinds: self.kinds,
+                env: config.env,
+                events,
+                workers: Mutex::new(HashMap::new()),
+                next_generation: AtomicU64::new(0),
+                slots: Arc::new(Semaphore::new(config.max_running.max(1))),
+                tracker: TaskTracker::new(),
+                shutdown,
+                secret,
+            }),
+        };
+        let unfinished = engine.inner.store.unfinished_task_ids().await?;
+        if !unfinished.is_empty() {
+            tracing::info!(count = unfinished.len(), "resuming unfinished tasks");
+        }
+        for (id, kind) in unfinished {
+            engine.inner.spawn_worker(id, &kind);
+        }
+        Ok(engine)
+    }
+}
+
+/// A cheap-to-clone handle on the engine.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    store: Store,
+    kinds: HashMap<&'static str, Arc<dyn ErasedKind>>,
+    env: Env,
+    events: broadcast::Sender<TaskEvent>,
+    /// The live worker of each task being advanced in this process. A std mutex: it is held for
+    /// a map operation only, never across an await.
+    workers: Mutex<HashMap<String, Worker>>,
+    next_generation: AtomicU64,
+    slots: Arc<Semaphore>,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+    secret: [u8; 32],
+}
+
+struct Worker {
+    stop: CancellationToken,
+    generation: u64,
+}
+
+impl Inner {
+    fn publish(&self, event: TaskEvent) {
+        // No receiver is fine: nobody is watching.
+        let _ = self.events.send(event);
+    }
+
+    fn spawn_worker(self: &Arc<Self>, task_id: String, kind: &str) {
+        let Some(kind) = self.kinds.get(kind).cloned() else {
+            tracing::error!(%task_id, kind, "no such task kind in this binary; task left as is");
+            return;
+        };
+        let mut workers = self.workers.lock().expect("worker table lock");
+        if workers
+            .get(&task_id)
+            .is_some_and(|worker| !worker.stop.is_cancelled())
+        {
+            return;
+        }
+        let stop = self.shutdown.child_token();
+        let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
+        workers.insert(
+            task_id.clone(),
+            Worker {
+                stop: stop.clone(),
+                generation,
+            },
+        );
+        drop(workers);
+        let ctx = RunContext {
+            engine: self.clone(),
+            task_id,
+            stop,
+            generation,
+        };
+        self.tracker.spawn(kind.run(ctx));
+    }
+
+    fn stop_worker(&self, task_id: &str) {
+        if let Some(worker) = self.workers.lock().expect("worker table lock").get(task_id) {
+            worker.stop.cancel();
+        }
+    }
+
+    fn worker_finished(&self, task_id: &str, generation: u64) {
+        let mut workers = self.workers.lock().expect("worker table lock");
+        if workers
+            .get(task_id)
+            .is_some_and(|worker| worker.generation == generation)
+        {
+            workers.remove(task_id);
+        }
+    }
+}
+
+impl Engine {
+    pub fn builder() -> EngineBuilder {
+        EngineBuilder {
+            kinds: HashMap::new(),
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// Every committed change from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<TaskEvent> {
+        self.inner.events.subscribe()
+    }
+
+    fn planned(
+        &self,
+        kind: &str,
+        params: Value,
+    ) -> Result<(Arc<dyn ErasedKind>, kind::Planned), EngineError> {
+        let erased = self
+            .inner
+            .kinds
+            .get(kind)
+            .cloned()
+            .ok_or_else(|| EngineError::UnknownKind(kind.to_owned()))?;
+        let planned = erased
+            .plan(params, &self.inner.env)
+            .map_err(EngineError::InvalidParams)?;
+        Ok((erased, planned))
+    }
+
+    /// Validates and stores a new task, then starts advancing it in the background.
+    pub async fn start(
+        &self,
+        kind: &str,
+        owner: &str,
+        params: Value,
+    ) -> Result<TaskInfo, EngineError> {
+        let (erased, planned) = self.planned(kind, params)?;
+        let task = NewTask {
+            id: uuid::Uuid::new_v4().to_string(),
+            kind: erased.name().to_owned(),
+            owner: owner.to_owned(),
+            params: planned.params,
+            total: planned.total,
+            checkpoint: planned.checkpoint,
+        };
+        let info = self.inner.store.insert_task(task).await?;
+        tracing::info!(task_id = %info.task_id, kind, owner, "task created");
+        self.inner.publish(TaskEvent::changed(info.clone()));
+        self.inner.spawn_worker(info.task_id.clone(), erased.name());
+        Ok(info)
+    }
+
+    /// The task of `kind` that `owner` started with exactly these parameters, created and started
+    /// if there is none. Its id is derived from the three (keyed with the server's secret), so a
+    /// repeated call attaches to the same task: a finished one is returned as it is, a paused
+    /// one is resumed, an unfinished one keeps (or starts) running from its checkpoint.
+    pub async fn start_or_attach(
+        &self,
+        kind: &str,
+        owner: &str,
+        params: Value,
+    ) -> Result<TaskInfo, EngineError> {
+        let (erased, planned) = self.planned(kind, params)?;
+        let id = self.derive_id(kind, owner, &planned.params);
+        let task = NewTask {
+            id,
+            kind: erased.name().to_owned(),
+            owner: owner.to_owned(),
+            params: planned.params,
+            total: planned.total,
+            checkpoint: planned.checkpoint,
+        };
+        let (info, created) = self.inner.store.insert_or_get_task(task).await?;
+        if created {
+            tracing::info!(task_id = %info.task_id, kind, owner, "task created");
+            self.inner.publish(TaskEvent::changed(info.clone()));
+        }
+        match info.status {
+            TaskStatus::Paused => self.resume(&info.task_id).await,
+            TaskStatus::Pending | TaskStatus::Running => {
+                self.inner.spawn_worker(info.task_id.clone(), erased.name());
+                Ok(info)
+            }
+            _ => Ok(info),
+        }
+    }
+
+    fn derive_id(&self, kind: &str, owner: &str, params: &Value) -> String {
+        let mut hasher = Sha256::new();
+        hasher.update(self.inner.secret);
+        // serde_json's map keeps keys sorted, so equal parameters hash equally.
+        for part in [kind, owner, &params.to_string()] {
+            hasher.update((part.len() as u64).to_le_bytes());
+            hasher.update(part.as_bytes());
+        }
+        let digest = hasher.finalize();
+        let mut bytes = [0u8; 16];
+        bytes.copy_from_slice(&digest[..16]);
+        uuid::Builder::from_random_bytes(bytes)
+            .into_uuid()
+            .to_string()
+    }
+
+    /// Stops the task at the next step boundary (dropping a step in progress), keeping its
+    /// checkpoint.
+    pub async fn pause(&self, task_id: &str) -> Result<TaskInfo, EngineError> {
+        const FROM: &[TaskStatus] = &[TaskStatus::Pending, TaskStatus::Running];
+        let info = self
+            .transition(task_id, "pause", FROM, TaskStatus::Paused)
+            .await?;
+        self.inner.stop_worker(task_id);
+        tracing::info!(task_id, step = info.step, "task paused");
+        Ok(info)
+    }
+
+    /// Continues a paused task from its checkpoint.
+    pub async fn resume(&self, task_id: &str) -> Result<TaskInfo, EngineError> {
+        const FROM: &[TaskStatus] = &[TaskStatus::Paused];
+        let info = self
+            .transition(task_id, "resume", FROM, TaskStatus::Pending)
+            .await?;
+        tracing::info!(task_id, step = info.step, "task resumed");
+        self.inner.spawn_worker(task_id.to_owned(), &info.kind);
+        Ok(info)
+    }
+
+    /// Stops the task for good, at once, even in the middle of a step.
+    pub async fn cancel(&self, task_id: &str) -> Result<TaskInfo, EngineError> {
+        const FROM: &[TaskStatus] = &[TaskStatus::Pending, TaskStatus::Running, TaskStatus::Paused];
+        let info = self
+            .transition(task_id, "cancel", FROM, TaskStatus::Cancelled)
+            .await?;
+        self.inner.stop_worker(task_id);
+        tracing::info!(task_id, step = info.step, "task cancelled");
+        Ok(info)
+    }
+
+    async fn transition(
+        &self,
+        task_id: &str,
+        action: &'static str,
+        from: &'static [TaskStatus],
+        to: TaskStatus,
+    ) -> Result<TaskInfo, EngineError> {
+        match self.inner.store.transition(task_id, from, to).await? {
+            Transition::Applied(info) => {
+                let milestone = Milestone::info(format!("task {task_id} {}", info.status));
+                self.inner.publish(TaskEvent::with(info.clone(), milestone));
+                Ok(info)
+            }
+            Transition::Refused(info) => Err(EngineError::InvalidState {
+                action,
+                task_id: task_id.to_owned(),
+                status: info.status,
+            }),
+            Transition::NotFound => Err(EngineError::NotFound(task_id.to_owned())),
+        }
+    }
+
+    pub async fn get(&self, task_id: &str) -> Result<TaskInfo, EngineError> {
+        self.inner
+            .store
+            .get_task(task_id)
+            .await?
+            .ok_or_else(|| EngineError::NotFound(task_id.to_owned()))
+    }
+
+    pub async fn list(
+        &self,
+        owner: Option<String>,
+        status: Option<TaskStatus>,
+        limit: usize,
+    ) -> Result<Vec<TaskInfo>, EngineError> {
+        Ok(self.inner.store.list_tasks(owner, status, limit).await?)
+    }
+
+    /// Workers currently advancing a task in this process.
+    pub fn active_workers(&self) -> usize {
+        self.inner.workers.lock().expect("worker table lock").len()
+    }
+
+    pub async fn stats(&self) -> Result<ServerStats, EngineError> {
+        let counts = self.inner.store.status_counts().await?;
+        Ok(ServerStats::from_counts(
+            &counts,
+            self.active_workers() as u64,
+        ))
+    }
+
+    pub async fn checkpoint_stats(&self) -> Result<CheckpointStats, EngineError> {
+        Ok(self.inner.store.checkpoint_stats().await?)
+    }
+
+    /// Deletes tasks that reached a terminal status more than `retention` before `now`.
+    pub async fn purge_finished(
+        &self,
+        now: DateTime<Utc>,
+        retention: Duration,
+    ) -> Result<u64, EngineError> {
+        let cutoff = retention_cutoff(now, retention);
+        let purged = self.inner.store.purge_finished_before(cutoff).await?;
+        if purged > 0 {
+            tracing::info!(purged, %cutoff, "removed finished tasks past retention");
+        }
+        Ok(purged)
+    }
+
+    /// Runs [`Engine::purge_finished`] every `every` until shutdown.
+    pub fn spawn_retention(&self, retention: Duration, every: Duration) {
+        let engine = self.clone();
+        let shutdown = self.inner.shutdown.clone();
+        self.inner.tracker.spawn(async move {
+            let mut ticks = tokio::time::interval(every);
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = ticks.tick() => {}
+                }
+                if let Err(e) = engine.purge_finished(Utc::now(), retention).await {
+                    tracing::error!(error = %e, "retention sweep failed");
+                }
+            }
+        });
+    }
+
+    /// Waits (up to `deadline`) for every worker to stop after the shutdown token fired. Tasks
+    /// interrupted this way keep their last checkpoint and resume at the next start.
+    pub async fn wait_stopped(&self, deadline: Duration) -> bool {
+        self.inner.tracker.close();
+        tokio::time::timeout(deadline, self.inner.tracker.wait())
+            .await
+            .is_ok()
+    }
+}
+
+/// The instant before which finished tasks are removed: `now` minus `retention`, in exact
+/// elapsed time, so month and year boundaries need no special cases.
+pub fn retention_cutoff(now: DateTime<Utc>, retention: Duration) -> DateTime<Utc> {
+    let retention = chrono::TimeDelta::from_std(retention).unwrap_or(chrono::TimeDelta::MAX);
+    now.checked_sub_signed(retention)
+        .unwrap_or(DateTime::<Utc>::MIN_UTC)
+}

@@ -1,0 +1,9 @@
+//! durable-mcp: an MCP server whose long-running tools survive crashes, restarts and dropped
+//! clients. See `ARCHITECTURE.md` for the map.
+
+pub mod config;
+pub mod engine;
+pub mod http;
+pub mod kinds;
+pub mod mcp;
+pub mod store;

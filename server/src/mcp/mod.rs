@@ -1,0 +1,202 @@
+//! The MCP surface: tools, resources, subscriptions and logging, on top of the engine.
+//!
+//! rmcp creates one [`DurableServer`] per MCP session; what is shared between sessions (the
+//! engine) sits behind cheap clones, what belongs to one session (its subscriptions, log level
+//! and client id) in [`SessionState`].
+//!
+//! MCP logging (`logging/setLevel`, `notifications/message`) is deprecated by SEP-2577, but the
+//! 2025-11-25 clients this server serves use it, so this module allows the deprecation.
+#![allow(deprecated)]
+
+mod notify;
+mod resources;
+mod tools;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::model::{
+    Implementation, ListResourceTemplatesResult, ListResourcesResult, LoggingLevel,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+    ServerConfig, SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
+};
+use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, tool_handler};
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::{Engine, EngineError};
+
+/// HTTP header a client may send to name its persistent identity (see [`client_id`]).
+pub const CLIENT_ID_HEADER: &str = "x-client-id";
+
+/// Everything one MCP session needs. Cloned per request by rmcp; the clones share state.
+#[derive(Clone)]
+pub struct DurableServer {
+    engine: Engine,
+    session: Arc<SessionState>,
+    shutdown: CancellationToken,
+    tool_router: ToolRouter<DurableServer>,
+}
+
+/// What belongs to one MCP session.
+#[derive(Default)]
+struct SessionState {
+    /// Resource URIs this session subscribed to.
+    subscriptions: Mutex<HashSet<String>>,
+    /// Lowest level of log notifications this session wants.
+    log_level: Mutex<Option<LoggingLevel>>,
+    /// The client id its requests carry, once known; milestones of its tasks are logged to it.
+    client_id: Mutex<Option<String>>,
+    /// Set once the notification forwarder runs.
+    forwarder: OnceLock<()>,
+}
+
+impl DurableServer {
+    pub fn new(engine: Engine, shutdown: CancellationToken) -> Self {
+        DurableServer {
+            engine,
+            session: Arc::default(),
+            shutdown,
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    /// Resolves the caller's persistent client id: an explicit argument first, then the
+    /// `X-Client-Id` header, then the MCP session id (so a client that says nothing still owns
+    /// its tasks for the life of its session).
+    fn client_id(&self, explicit: Option<String>, ctx: &RequestContext<RoleServer>) -> String {
+        let parts = ctx.extensions.get::<axum::http::request::Parts>();
+        let header = |name: &str| {
+            parts
+                .and_then(|parts| parts.headers.get(name))
+                .and_then(|value| value.to_str().ok())
+                .map(str::trim)
+                .filter(|value| !value.is_empty())
+                .map(str::to_owned)
+        };
+        let id = explicit
+            .filter(|id| !id.trim().is_empty())
+            .or_else(|| header(CLIENT_ID_HEADER))
+            .or_else(|| header("mcp-session-id"))
+            .unwrap_or_else(|| "anonymous".to_owned());
+        *self.session.client_id.lock().expect("client id lock") = Some(id.clone());
+        id
+    }
+}
+
+/// Maps engine errors onto MCP errors: the caller's mistakes become invalid-params errors with
+/// the engine's message, storage failures an internal error that hides the details (they are
+/// logged here, once).
+fn to_mcp(error: EngineError) -> McpError {
+    match error {
+        EngineError::Store(e) => {
+            tracing::error!(error = %e, "storage failure while serving a request");
+            McpError::internal_error("internal storage error; see the server log", None)
+        }
+        other => McpError::invalid_params(other.to_string(), None),
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for DurableServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .enable_resources_subscribe()
+                .enable_logging()
+                .build(),
+        )
+        .with_server_info(Implementation::new(
+            "durable-mcp",
+            env!("CARGO_PKG_VERSION"),
+        ))
+        .with_instructions(
+            "Durable long-running tasks. start_* tools return a task://status/{task_id} link at \
+             once and keep working in the background, across client disconnects and server \
+             restarts. Read or subscribe to that resource to follow a task; pause_task, \
+             resume_task and cancel_task steer it. resumable_data_processing runs inside the \
+             call, streams progress, and continues from its checkpoint when called again with \
+             the same arguments.",
+        )
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        *self.session.log_level.lock().expect("log level lock") = Some(request.level);
+        Ok(())
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.start_forwarder(context.peer);
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        Ok(ListResourcesResult::with_all_items(resources::listed()))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        Ok(ListResourceTemplatesResult::with_all_items(
+            resources::templates(),
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        resources::read(&self.engine, &request.uri)
+            .await
+            .map(Into::into)
+    }
+
+    #[allow(
+        deprecated,
+        reason = "resources/subscribe is what 2025-11-25 clients use"
+    )]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        resources::check_subscribable(&self.engine, &request.uri).await?;
+        self.session
+            .subscriptions
+            .lock()
+            .expect("subscriptions lock")
+            .insert(request.uri);
+        self.start_forwarder(context.peer);
+        Ok(())
+    }
+
+    #[allow(
+        deprecated,
+        reason = "resources/unsubscribe is what 2025-11-25 clients use"
+    )]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.session
+            .subscriptions
+            .lock()
+            .expect("subscriptions lock")
+            .remove(&request.uri);
+        Ok(())
+    }
+}

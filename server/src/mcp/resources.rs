@@ -1,0 +1,169 @@
+//! The task resources: `task://status/{task_id}`, `task://list` and `task://list/{status}`.
+
+use durable_shared::{TaskList, TaskStatus, list_uri};
+use rmcp::ErrorData as McpError;
+use rmcp::model::{ReadResourceResult, Resource, ResourceContents, ResourceTemplate};
+
+use super::to_mcp;
+use crate::engine::{Engine, EngineError};
+
+/// Tasks a list resource shows at most, newest first.
+pub const LIST_LIMIT: usize = 500;
+
+const STATUS_PREFIX: &str = "task://status/";
+const LIST_PREFIX: &str = "task://list/";
+
+/// A parsed task resource URI.
+#[derive(Debug, PartialEq)]
+enum TaskUri<'a> {
+    Status(&'a str),
+    List(Option<TaskStatus>),
+}
+
+fn parse(uri: &str) -> Result<TaskUri<'_>, McpError> {
+    if let Some(id) = uri.strip_prefix(STATUS_PREFIX) {
+        if id.is_empty() {
+            return Err(McpError::invalid_params(
+                "task://status/{task_id} needs a task id",
+                None,
+            ));
+        }
+        return Ok(TaskUri::Status(id));
+    }
+    if uri == "task://list" {
+        return Ok(TaskUri::List(None));
+    }
+    if let Some(status) = uri.strip_prefix(LIST_PREFIX) {
+        let status = status
+            .parse::<TaskStatus>()
+            .map_err(|e| McpError::invalid_params(e.to_string(), None))?;
+        return Ok(TaskUri::List(Some(status)));
+    }
+    Err(McpError::resource_not_found(
+        format!(
+            "unknown resource {uri:?}; this server serves task://status/{{task_id}}, task://list \
+             and task://list/{{status}}"
+        ),
+        None,
+    ))
+}
+
+pub fn listed() -> Vec<Resource> {
+    vec![
+        Resource::new("task://list", "All tasks")
+            .with_description("Every task, newest first, with status, progress and result")
+            .with_mime_type("application/json"),
+    ]
+}
+
+pub fn templates() -> Vec<ResourceTemplate> {
+    let statuses: Vec<&str> = TaskStatus::ALL.iter().map(|s| s.as_str()).collect();
+    vec![
+        ResourceTemplate::new("task://status/{task_id}", "Task status")
+            .with_description(
+                "One task: status, progress, message, parameters, owner, result or error",
+            )
+            .with_mime_type("application/json"),
+        ResourceTemplate::new("task://list/{status}", "Tasks by status")
+            .with_description(format!("Tasks with one status: {}", statuses.join(", ")))
+            .with_mime_type("application/json"),
+    ]
+}
+
+fn not_found(id: &str) -> McpError {
+    McpError::resource_not_found(format!("task {id} not found"), None)
+}
+
+pub async fn read(engine: &Engine, uri: &str) -> Result<ReadResourceResult, McpError> {
+    let body = match parse(uri)? {
+        TaskUri::Status(id) => {
+            let task = engine.get(id).await.map_err(|e| match e {
+                EngineError::NotFound(_) => not_found(id),
+                other => to_mcp(other),
+            })?;
+            serde_json::to_string_pretty(&task)
+        }
+        TaskUri::List(status) => {
+            let tasks = engine
+                .list(None, status, LIST_LIMIT)
+                .await
+                .map_err(to_mcp)?;
+            serde_json::to_string_pretty(&TaskList {
+                total: tasks.len(),
+                tasks,
+                status_filter: status,
+            })
+        }
+    }
+    .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+    Ok(ReadResourceResult::new(vec![
+        ResourceContents::text(body, uri).with_mime_type("application/json"),
+    ]))
+}
+
+/// Refuses subscriptions to URIs that can never change: malformed ones and unknown tasks.
+pub async fn check_subscribable(engine: &Engine, uri: &str) -> Result<(), McpError> {
+    if let TaskUri::Status(id) = parse(uri)? {
+        engine.get(id).await.map_err(|e| match e {
+            EngineError::NotFound(_) => not_found(id),
+            other => to_mcp(other),
+        })?;
+    }
+    Ok(())
+}
+
+/// The resources whose content changed when a task moved from `before` (if known) to `task`.
+pub fn affected_by(task_id: &str, before: Option<TaskStatus>, now: TaskStatus) -> Vec<String> {
+    let mut uris = vec![
+        durable_shared::status_uri(task_id),
+        list_uri(None),
+        list_uri(Some(now)),
+    ];
+    match before {
+        Some(before) if before != now => uris.push(list_uri(Some(before))),
+        Some(_) => {}
+        // Not seen before by this session: any status list may have held it.
+        None => uris.extend(
+            TaskStatus::ALL
+                .into_iter()
+                .filter(|status| *status != now)
+                .map(|status| list_uri(Some(status))),
+        ),
+    }
+    uris
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uris_parse_and_unknown_statuses_list_the_valid_ones() {
+        assert_eq!(parse("task://status/abc").unwrap(), TaskUri::Status("abc"));
+        assert_eq!(parse("task://list").unwrap(), TaskUri::List(None));
+        assert_eq!(
+            parse("task://list/paused").unwrap(),
+            TaskUri::List(Some(TaskStatus::Paused))
+        );
+        let err = parse("task://list/done").unwrap_err();
+        assert!(
+            err.message.contains("valid statuses are: pending, running"),
+            "{err:?}"
+        );
+        assert!(parse("file:///etc/passwd").is_err());
+    }
+
+    #[test]
+    fn a_status_change_touches_both_status_lists() {
+        let uris = affected_by("t", Some(TaskStatus::Running), TaskStatus::Paused);
+        assert_eq!(
+            uris,
+            [
+                "task://status/t",
+                "task://list",
+                "task://list/paused",
+                "task://list/running"
+            ]
+        );
+    }
+}

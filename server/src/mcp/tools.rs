@@ -1,0 +1,370 @@
+//! The MCP tools. Arguments are typed (their JSON schemas, with descriptions and bounds, come
+//! from the parameter types); the engine validates what a schema cannot say.
+
+use durable_shared::kinds::{BATCH_PROCESSING, DATA_MIGRATION, DATA_PROCESSING, ML_TRAINING};
+use durable_shared::{TaskInfo, TaskStatus, status_uri};
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock, ProgressNotificationParam, Resource};
+use rmcp::schemars::{self, JsonSchema};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, tool, tool_router};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
+
+use super::{DurableServer, to_mcp};
+use crate::engine::EngineError;
+use crate::kinds::batch::BatchParams;
+use crate::kinds::migration::MigrationParams;
+use crate::kinds::processing::ProcessingParams;
+use crate::kinds::training::TrainingParams;
+
+/// Tasks `list_session_tasks` returns at most, newest first.
+const SESSION_TASK_LIMIT: usize = 200;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct TaskIdParams {
+    /// The task's id, as returned by the start_* tools (the last part of its task://status link).
+    pub task_id: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ProcessingToolParams {
+    #[serde(flatten)]
+    pub job: ProcessingParams,
+    /// Your persistent client id. Calling again with the same client id and arguments attaches
+    /// to the same task. Defaults to the X-Client-Id header, then the MCP session id.
+    #[serde(default)]
+    pub client_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct SessionTasksParams {
+    /// Whose tasks to list. Defaults to the X-Client-Id header, then the MCP session id.
+    #[serde(default)]
+    pub client_id: Option<String>,
+    /// Only tasks with this status: pending, running, paused, completed, failed or cancelled.
+    #[serde(default)]
+    pub status: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct SessionTask<'a> {
+    task_id: &'a str,
+    task_name: &'a str,
+    status: TaskStatus,
+    progress: String,
+    progress_percent: f64,
+    message: &'a str,
+    created_at: String,
+    updated_at: String,
+}
+
+fn json_result(value: Value) -> CallToolResult {
+    let text = serde_json::to_string_pretty(&value).unwrap_or_else(|_| value.to_string());
+    let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+    result.structured_content = Some(value);
+    result
+}
+
+/// The answer of a start_* tool: the status link as a resource link and as text, and the task
+/// as structured content.
+fn started(task: &TaskInfo) -> CallToolResult {
+    let uri = status_uri(&task.task_id);
+    let link = Resource::new(uri.clone(), format!("{} task {}", task.kind, task.task_id))
+        .with_description("Live status of the task; read it or subscribe to it")
+        .with_mime_type("application/json");
+    let mut result = CallToolResult::success(vec![
+        ContentBlock::resource_link(link),
+        ContentBlock::text(uri.clone()),
+    ]);
+    result.structured_content = Some(json!({
+        "task_id": task.task_id,
+        "status_uri": uri,
+        "kind": task.kind,
+        "status": task.status,
+        "total": task.total,
+    }));
+    result
+}
+
+/// Engine errors a caller can fix are tool errors (the model reads them); storage failures stay
+/// protocol errors.
+fn tool_outcome(outcome: Result<CallToolResult, EngineError>) -> Result<CallToolResult, McpError> {
+    match outcome {
+        Ok(result) => Ok(result),
+        Err(EngineError::Store(e)) => Err(to_mcp(EngineError::Store(e))),
+        Err(e) => Ok(CallToolResult::error(vec![ContentBlock::text(
+            e.to_string(),
+        )])),
+    }
+}
+
+fn to_params<T: Serialize>(params: &T) -> Value {
+    serde_json::to_value(params).expect("tool parameters serialize")
+}
+
+#[tool_router(vis = "pub(super)")]
+impl DurableServer {
+    #[tool(
+        description = "Start a durable data migration: copies the first record_count records of \
+        source_path (a .jsonl/.csv file in the server's data directory, or sample:customers / \
+        sample:orders) to the JSONL file destination_path, 100 records per checkpointed batch. \
+        Returns a task://status/{task_id} link at once; the copy continues in the background and \
+        survives restarts, writing each record exactly once."
+    )]
+    async fn start_data_migration(
+        &self,
+        Parameters(params): Parameters<MigrationParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let owner = self.client_id(None, &ctx);
+        let outcome = self
+            .engine
+            .start(DATA_MIGRATION, &owner, to_params(&params))
+            .await;
+        tool_outcome(outcome.map(|task| started(&task)))
+    }
+
+    #[tool(
+        description = "Start durable batch processing of total_items items, batch_size per \
+        checkpointed batch, with processing_delay seconds of work per batch. Returns a \
+        task://status/{task_id} link at once; the result holds a digest over every item."
+    )]
+    async fn start_batch_processing(
+        &self,
+        Parameters(params): Parameters<BatchParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let owner = self.client_id(None, &ctx);
+        let outcome = self
+            .engine
+            .start(BATCH_PROCESSING, &owner, to_params(&params))
+            .await;
+        tool_outcome(outcome.map(|task| started(&task)))
+    }
+
+    #[tool(
+        description = "Start durable training of a logistic-regression model on a synthetic \
+        data set of dataset_size samples, one checkpointed epoch per step. Returns a \
+        task://status/{task_id} link at once; the result holds final loss and accuracy and the \
+        per-epoch series."
+    )]
+    async fn start_ml_training(
+        &self,
+        Parameters(params): Parameters<TrainingParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let owner = self.client_id(None, &ctx);
+        let outcome = self
+            .engine
+            .start(ML_TRAINING, &owner, to_params(&params))
+            .await;
+        tool_outcome(outcome.map(|task| started(&task)))
+    }
+
+    #[tool(
+        description = "Process total_records records of dataset_name in batches of batch_size, \
+        inside this call, streaming progress (send a progressToken) and returning the result. \
+        Resumable: calling again with the same arguments and client_id continues from the last \
+        checkpoint (or returns the stored result) and never processes a record twice."
+    )]
+    async fn resumable_data_processing(
+        &self,
+        Parameters(params): Parameters<ProcessingToolParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let owner = self.client_id(params.client_id.clone(), &ctx);
+        // Subscribe before attaching, so no change after the attach can be missed.
+        let mut events = self.engine.subscribe();
+        let task = match self
+            .engine
+            .start_or_attach(DATA_PROCESSING, &owner, to_params(&params.job))
+            .await
+        {
+            Ok(task) => task,
+            Err(e) => return tool_outcome(Err(e)),
+        };
+        let task_id = task.task_id.clone();
+        let progress_token = ctx.meta.get_progress_token();
+        let mut reported = 0;
+        let mut current = task;
+        loop {
+            if let Some(token) = &progress_token
+                && current.progress > reported
+            {
+                reported = current.progress;
+                let param = ProgressNotificationParam::new(token.clone(), reported as f64)
+                    .with_total(current.total as f64)
+                    .with_message(current.message.clone());
+                // A client that went away is not a cancellation: the task goes on regardless.
+                let _ = ctx.peer.notify_progress(param).await;
+            }
+            match current.status {
+                TaskStatus::Completed => {
+                    let mut result = current.result_data.unwrap_or(Value::Null);
+                    if let Value::Object(fields) = &mut result {
+                        fields.insert("task_id".into(), Value::String(task_id));
+                    }
+                    return Ok(json_result(result));
+                }
+                TaskStatus::Failed => {
+                    let error = current.error.unwrap_or_default();
+                    let text = format!("task {task_id} failed: {error}");
+                    return Ok(CallToolResult::error(vec![ContentBlock::text(text)]));
+                }
+                TaskStatus::Cancelled => {
+                    let text = format!(
+                        "task {task_id} was cancelled after {}/{} records",
+                        current.progress, current.total
+                    );
+                    return Ok(CallToolResult::error(vec![ContentBlock::text(text)]));
+                }
+                TaskStatus::Paused => {
+                    let text = format!(
+                        "task {task_id} is paused after {}/{} records; call again with the same \
+                         arguments (or resume_task) to continue from its checkpoint",
+                        current.progress, current.total
+                    );
+                    return Ok(CallToolResult::error(vec![ContentBlock::text(text)]));
+                }
+                TaskStatus::Pending | TaskStatus::Running => {}
+            }
+            current = tokio::select! {
+                _ = ctx.ct.cancelled() => {
+                    return Err(McpError::invalid_request("request cancelled; the task continues", None));
+                }
+                event = events.recv() => match event {
+                    Ok(event) if event.task.task_id == task_id => event.task,
+                    Ok(_) => continue,
+                    Err(RecvError::Lagged(_)) => self.engine.get(&task_id).await.map_err(to_mcp)?,
+                    Err(RecvError::Closed) => {
+                        return Err(McpError::internal_error("server is shutting down", None));
+                    }
+                },
+            };
+        }
+    }
+
+    #[tool(
+        description = "Cancel a task for good; it stops at once, even mid-step, and stays cancelled."
+    )]
+    async fn cancel_task(
+        &self,
+        Parameters(params): Parameters<TaskIdParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let outcome = self.engine.cancel(params.task_id.trim()).await;
+        tool_outcome(outcome.map(|task| task_json(&task)))
+    }
+
+    #[tool(
+        description = "Pause a pending or running task at its next step boundary, keeping its checkpoint."
+    )]
+    async fn pause_task(
+        &self,
+        Parameters(params): Parameters<TaskIdParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let outcome = self.engine.pause(params.task_id.trim()).await;
+        tool_outcome(outcome.map(|task| task_json(&task)))
+    }
+
+    #[tool(description = "Resume a paused task from its last checkpoint.")]
+    async fn resume_task(
+        &self,
+        Parameters(params): Parameters<TaskIdParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let outcome = self.engine.resume(params.task_id.trim()).await;
+        tool_outcome(outcome.map(|task| task_json(&task)))
+    }
+
+    #[tool(
+        description = "Counts of tasks per status, and the workers active in this server process."
+    )]
+    async fn get_server_stats(&self) -> Result<CallToolResult, McpError> {
+        let stats = self.engine.stats().await.map_err(to_mcp)?;
+        Ok(json_result(to_params(&stats)))
+    }
+
+    #[tool(
+        description = "List the tasks of a client (default: the caller) with progress and percent, \
+        newest first, optionally only one status."
+    )]
+    async fn list_session_tasks(
+        &self,
+        Parameters(params): Parameters<SessionTasksParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let status = match params.status.as_deref().map(str::parse::<TaskStatus>) {
+            Some(Err(e)) => {
+                return Ok(CallToolResult::error(vec![ContentBlock::text(
+                    e.to_string(),
+                )]));
+            }
+            Some(Ok(status)) => Some(status),
+            None => None,
+        };
+        let owner = self.client_id(params.client_id, &ctx);
+        let tasks = self
+            .engine
+            .list(Some(owner.clone()), status, SESSION_TASK_LIMIT)
+            .await
+            .map_err(to_mcp)?;
+        let rows: Vec<SessionTask<'_>> = tasks
+            .iter()
+            .map(|task| SessionTask {
+                task_id: &task.task_id,
+                task_name: &task.kind,
+                status: task.status,
+                progress: format!("{}/{}", task.progress, task.total),
+                progress_percent: task.percent,
+                message: &task.message,
+                created_at: task.created_at.to_rfc3339(),
+                updated_at: task.updated_at.to_rfc3339(),
+            })
+            .collect();
+        Ok(json_result(json!({
+            "session_id": session_id(&ctx),
+            "persistent_id": owner,
+            "total_tasks": rows.len(),
+            "tasks": rows,
+        })))
+    }
+
+    #[tool(
+        description = "Statistics of the checkpoint store: tasks per status, steps committed, checkpoint bytes."
+    )]
+    async fn get_checkpoint_stats(&self) -> Result<CallToolResult, McpError> {
+        let stats = self.engine.checkpoint_stats().await.map_err(to_mcp)?;
+        Ok(json_result(to_params(&stats)))
+    }
+
+    #[tool(
+        description = "The caller's MCP session id, this request's id, its client id and protocol version."
+    )]
+    async fn get_session_info(
+        &self,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let client_id = self.client_id(None, &ctx);
+        let peer = ctx.peer.peer_info();
+        Ok(json_result(json!({
+            "session_id": session_id(&ctx),
+            "request_id": ctx.id,
+            "client_id": client_id,
+            "protocol_version": peer.as_ref().map(|info| info.protocol_version.to_string()),
+            "client_info": peer.as_ref().map(|info| &info.client_info),
+        })))
+    }
+}
+
+fn task_json(task: &TaskInfo) -> CallToolResult {
+    json_result(to_params(task))
+}
+
+fn session_id(ctx: &RequestContext<RoleServer>) -> Option<String> {
+    ctx.extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.headers.get("mcp-session-id"))
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned)
+}

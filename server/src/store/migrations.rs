@@ -1,0 +1,95 @@
+//! Versioned schema migrations, tracked with `PRAGMA user_version`.
+//!
+//! Each entry of [`MIGRATIONS`] moves the schema one version up. All pending ones run in one
+//! immediate transaction, so a crash mid-migration leaves the previous version intact. A
+//! database whose version is newer than this binary knows is refused, never "downgraded".
+
+use rusqlite::Connection;
+
+use super::StoreError;
+
+const MIGRATIONS: &[&str] = &[
+    // 1: tasks and their checkpoints.
+    r#"
+    CREATE TABLE meta (
+        key   TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    ) STRICT;
+
+    CREATE TABLE tasks (
+        id           TEXT PRIMARY KEY,
+        kind         TEXT NOT NULL,
+        owner        TEXT NOT NULL,
+        params       TEXT NOT NULL,
+        status       TEXT NOT NULL CHECK (status IN
+                        ('pending', 'running', 'paused', 'completed', 'failed', 'cancelled')),
+        progress     INTEGER NOT NULL DEFAULT 0,
+        total        INTEGER NOT NULL,
+        message      TEXT NOT NULL DEFAULT '',
+        checkpoint   TEXT NOT NULL,
+        step         INTEGER NOT NULL DEFAULT 0,
+        lease        INTEGER NOT NULL DEFAULT 0,
+        result       TEXT,
+        error        TEXT,
+        created_at   INTEGER NOT NULL,
+        updated_at   INTEGER NOT NULL,
+        completed_at INTEGER
+    ) STRICT;
+
+    CREATE INDEX tasks_by_status ON tasks (status, created_at);
+    CREATE INDEX tasks_by_owner ON tasks (owner, created_at);
+    CREATE INDEX tasks_by_completion ON tasks (completed_at) WHERE completed_at IS NOT NULL;
+    "#,
+];
+
+/// The schema version this binary writes.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let found: i64 = tx.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::TooNew {
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        tx.execute_batch(sql)?;
+        tracing::info!(version = index + 1, "applied schema migration");
+    }
+    tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    tx.commit()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrating_twice_is_a_no_op() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        migrate(&mut conn).unwrap();
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn a_newer_database_is_refused_with_its_version() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .unwrap();
+        let err = migrate(&mut conn).unwrap_err();
+        assert!(
+            err.to_string().starts_with(&format!(
+                "database schema version {} is newer than this binary supports ({SCHEMA_VERSION})",
+                SCHEMA_VERSION + 1
+            )),
+            "{err}"
+        );
+    }
+}

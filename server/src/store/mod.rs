@@ -1,0 +1,217 @@
+//! SQLite storage: the only module that issues SQL.
+//!
+//! Writes go through one writer thread that owns the read-write connection and commits whatever
+//! is queued in one transaction (group commit): each caller is answered only after the batch
+//! holding its write is durable, so nothing is announced before it is on disk, and a burst of
+//! small writes costs one fsync instead of one each. Every write runs in its own savepoint, so a
+//! failing write rolls back alone and does not take its batch-mates with it.
+//!
+//! Reads use a small pool of read-only connections on blocking threads; WAL lets them run while
+//! the writer commits. Neither path ever blocks the async runtime.
+
+mod migrations;
+mod tasks;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+use tokio::sync::oneshot;
+
+pub use tasks::{NewTask, StepCommit, TaskRow, Transition};
+
+/// Most writes one transaction takes before it commits; bounds the latency of the first writer.
+const MAX_BATCH: usize = 256;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("stored JSON is invalid: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error(
+        "database schema version {found} is newer than this binary supports ({supported}); \
+         upgrade durable-mcp or point --db at another file"
+    )]
+    TooNew { found: i64, supported: i64 },
+    #[error("the store has shut down")]
+    Closed,
+    #[error("stored value is corrupt: {0}")]
+    Corrupt(String),
+    #[error("the write transaction failed: {0}")]
+    Commit(String),
+}
+
+type Reply = Box<dyn FnOnce(Result<(), &StoreError>) + Send>;
+/// A queued write. It is called with the connection inside the batch's transaction, or with
+/// `None` when that transaction could not even begin; either way it returns the reply to send
+/// once the batch's fate is known.
+type WriteJob = Box<dyn FnOnce(Option<&Connection>) -> Reply + Send>;
+
+/// A cheap-to-clone handle on the database.
+#[derive(Clone)]
+pub struct Store {
+    writer: std::sync::mpsc::Sender<WriteJob>,
+    readers: Arc<ReaderPool>,
+    path: Arc<PathBuf>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish()
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) and migrates the database at `path`, and starts its writer.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let mut conn = Connection::open(path)?;
+        configure(&conn)?;
+        migrations::migrate(&mut conn)?;
+        let (writer, jobs) = std::sync::mpsc::channel::<WriteJob>();
+        std::thread::Builder::new()
+            .name("store-writer".into())
+            .spawn(move || write_loop(conn, jobs))
+            .map_err(|e| StoreError::Commit(format!("cannot start the writer thread: {e}")))?;
+        Ok(Store {
+            writer,
+            readers: Arc::new(ReaderPool {
+                path: path.to_owned(),
+                idle: Mutex::new(Vec::new()),
+            }),
+            path: Arc::new(path.to_owned()),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` inside the next group-committed transaction and returns its value once that
+    /// transaction is durable.
+    pub async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let job: WriteJob = Box::new(move |conn| {
+            let outcome = conn.map(|conn| in_savepoint(conn, f));
+            Box::new(move |commit: Result<(), &StoreError>| {
+                let reply = match (outcome, commit) {
+                    (Some(Err(e)), _) => Err(e),
+                    (Some(Ok(value)), Ok(())) => Ok(value),
+                    (_, Err(e)) => Err(StoreError::Commit(e.to_string())),
+                    (None, Ok(())) => Err(StoreError::Commit("the write never ran".into())),
+                };
+                let _ = tx.send(reply);
+            })
+        });
+        self.writer.send(job).map_err(|_| StoreError::Closed)?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Runs `f` on a read-only connection on a blocking thread.
+    pub async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let readers = self.readers.clone();
+        tokio::task::spawn_blocking(move || {
+            let conn = readers.take()?;
+            let result = f(&conn);
+            readers.put(conn);
+            result
+        })
+        .await
+        .map_err(|_| StoreError::Closed)?
+    }
+}
+
+fn configure(conn: &Connection) -> Result<(), StoreError> {
+    // WAL lets readers run during a write; FULL makes each commit survive power loss, not just a
+    // process crash. Both are connection settings, so they live here, not in a migration.
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", true)?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    Ok(())
+}
+
+fn in_savepoint<T>(
+    conn: &Connection,
+    f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    conn.execute_batch("SAVEPOINT job")?;
+    match f(conn) {
+        Ok(value) => {
+            conn.execute_batch("RELEASE job")?;
+            Ok(value)
+        }
+        Err(e) => {
+            conn.execute_batch("ROLLBACK TO job; RELEASE job")?;
+            Err(e)
+        }
+    }
+}
+
+fn write_loop(conn: Connection, jobs: std::sync::mpsc::Receiver<WriteJob>) {
+    while let Ok(first) = jobs.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let begun = conn
+            .execute_batch("BEGIN IMMEDIATE")
+            .map_err(StoreError::from);
+        if let Err(e) = begun {
+            tracing::error!(error = %e, "cannot begin a write transaction");
+            for job in batch {
+                job(None)(Err(&e));
+            }
+            continue;
+        }
+        let replies: Vec<Reply> = batch.into_iter().map(|job| job(Some(&conn))).collect();
+        let committed = conn.execute_batch("COMMIT").map_err(StoreError::from);
+        if let Err(e) = &committed {
+            tracing::error!(error = %e, "group commit failed");
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        for reply in replies {
+            reply(committed.as_ref().map(|_| ()));
+        }
+    }
+}
+
+struct ReaderPool {
+    path: PathBuf,
+    idle: Mutex<Vec<Connection>>,
+}
+
+impl ReaderPool {
+    fn take(&self) -> Result<Connection, StoreError> {
+        if let Some(conn) = self.idle.lock().expect("reader pool lock").pop() {
+            return Ok(conn);
+        }
+        let conn = Connection::open_with_flags(
+            &self.path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(Duration::from_secs(5))?;
+        Ok(conn)
+    }
+
+    fn put(&self, conn: Connection) {
+        let mut idle = self.idle.lock().expect("reader pool lock");
+        // A handful of connections covers the blocking pool's useful parallelism on this
+        // workload; extra ones are closed rather than hoarded.
+        if idle.len() < 8 {
+            idle.push(conn);
+        }
+    }
+}

@@ -1,0 +1,403 @@
+//! The `tasks` table: one row per task holding its status, progress and checkpoint.
+//!
+//! Every change is a conditional `UPDATE ... RETURNING` so that the rules of the lifecycle are
+//! enforced by the database, not by the timing of callers: a terminal status is never left, a
+//! paused task is never advanced, and a step is committed only by the worker holding the task's
+//! current lease.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+
+use chrono::{DateTime, TimeZone, Utc};
+use durable_shared::{CheckpointStats, TaskInfo, TaskStatus};
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use serde_json::Value;
+
+use super::{Store, StoreError};
+
+const COLUMNS: &str = "id, kind, owner, params, status, progress, total, message, step, result, \
+                       error, created_at, updated_at, completed_at, checkpoint, lease";
+
+/// A task about to be stored, with its first checkpoint.
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    pub id: String,
+    pub kind: String,
+    pub owner: String,
+    pub params: Value,
+    pub total: u64,
+    pub checkpoint: Value,
+}
+
+/// A task with what only the engine needs: its checkpoint and the lease of its worker.
+#[derive(Debug, Clone)]
+pub struct TaskRow {
+    pub info: TaskInfo,
+    pub checkpoint: Value,
+    pub lease: i64,
+}
+
+/// One committed step: the new checkpoint with the progress and message it explains. With
+/// `result`, the step is the last and the task becomes `completed` in the same transaction.
+#[derive(Debug, Clone)]
+pub struct StepCommit {
+    pub id: String,
+    pub lease: i64,
+    pub step: u64,
+    pub checkpoint: Value,
+    pub progress: u64,
+    pub message: String,
+    pub result: Option<Value>,
+}
+
+/// What a requested status change did.
+#[derive(Debug, Clone)]
+pub enum Transition {
+    Applied(TaskInfo),
+    /// The task exists but its status does not allow the change; here is how it stands.
+    Refused(TaskInfo),
+    NotFound,
+}
+
+fn now_ms() -> i64 {
+    Utc::now().timestamp_millis()
+}
+
+fn time(ms: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(ms).single().unwrap_or_default()
+}
+
+fn parse_json(text: &str) -> rusqlite::Result<Value> {
+    serde_json::from_str(text).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
+    })
+}
+
+fn read_row(row: &Row<'_>) -> rusqlite::Result<TaskRow> {
+    let status: String = row.get("status")?;
+    let status = TaskStatus::from_str(&status).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
+    })?;
+    let progress: u64 = row.get("progress")?;
+    let total: u64 = row.get("total")?;
+    let result: Option<String> = row.get("result")?;
+    let info = TaskInfo {
+        task_id: row.get("id")?,
+        status,
+        progress,
+        total,
+        message: row.get("message")?,
+        result_data: result.as_deref().map(parse_json).transpose()?,
+        error: row.get("error")?,
+        created_at: time(row.get("created_at")?),
+        updated_at: time(row.get("updated_at")?),
+        completed_at: row.get::<_, Option<i64>>("completed_at")?.map(time),
+        kind: row.get("kind")?,
+        parameters: parse_json(&row.get::<_, String>("params")?)?,
+        owner: row.get("owner")?,
+        step: row.get("step")?,
+        percent: TaskInfo::percent_of(progress, total),
+    };
+    Ok(TaskRow {
+        info,
+        checkpoint: parse_json(&row.get::<_, String>("checkpoint")?)?,
+        lease: row.get("lease")?,
+    })
+}
+
+fn select_row(conn: &Connection, id: &str) -> Result<Option<TaskRow>, StoreError> {
+    let sql = format!("SELECT {COLUMNS} FROM tasks WHERE id = ?1");
+    Ok(conn.query_row(&sql, [id], read_row).optional()?)
+}
+
+fn in_list(statuses: &[TaskStatus]) -> String {
+    let names: Vec<String> = statuses.iter().map(|s| format!("'{s}'")).collect();
+    names.join(", ")
+}
+
+impl Store {
+    /// Stores a new task as `pending`.
+    pub async fn insert_task(&self, task: NewTask) -> Result<TaskInfo, StoreError> {
+        self.write(move |conn| {
+            insert(conn, &task)?;
+            select_row(conn, &task.id)?
+                .map(|row| row.info)
+                .ok_or_else(|| StoreError::Corrupt(format!("task {} vanished", task.id)))
+        })
+        .await
+    }
+
+    /// Stores `task` unless a task with its id exists; returns the stored task and whether it was
+    /// created by this call. Used for tasks whose id is derived from their arguments.
+    pub async fn insert_or_get_task(&self, task: NewTask) -> Result<(TaskInfo, bool), StoreError> {
+        self.write(move |conn| {
+            let created = match select_row(conn, &task.id)? {
+                Some(_) => false,
+                None => {
+                    insert(conn, &task)?;
+                    true
+                }
+            };
+            let row = select_row(conn, &task.id)?
+                .ok_or_else(|| StoreError::Corrupt(format!("task {} vanished", task.id)))?;
+            Ok((row.info, created))
+        })
+        .await
+    }
+
+    /// Marks a `pending` (or orphaned `running`) task as running under a fresh lease and returns
+    /// it with its checkpoint; `None` if its status does not allow running.
+    pub async fn claim_task(&self, id: &str) -> Result<Option<TaskRow>, StoreError> {
+        let id = id.to_owned();
+        self.write(move |conn| {
+            let sql = format!(
+                "UPDATE tasks SET status = 'running', lease = lease + 1, updated_at = ?2 \
+                 WHERE id = ?1 AND status IN ('pending', 'running') RETURNING {COLUMNS}"
+            );
+            Ok(conn
+                .query_row(&sql, params![id, now_ms()], read_row)
+                .optional()?)
+        })
+        .await
+    }
+
+    /// Commits one step. Returns the updated task, or `None` if the worker lost its lease (the
+    /// task was paused, cancelled or claimed by another worker): then nothing is written.
+    pub async fn commit_step(&self, commit: StepCommit) -> Result<Option<TaskInfo>, StoreError> {
+        self.write(move |conn| {
+            let now = now_ms();
+            let (status, completed_at) = match commit.result {
+                Some(_) => ("completed", Some(now)),
+                None => ("running", None),
+            };
+            let sql = format!(
+                "UPDATE tasks SET checkpoint = ?3, progress = ?4, message = ?5, step = ?6, \
+                 status = ?7, result = ?8, completed_at = ?9, updated_at = ?10 \
+                 WHERE id = ?1 AND lease = ?2 AND status = 'running' RETURNING {COLUMNS}"
+            );
+            let result = commit.result.as_ref().map(Value::to_string);
+            Ok(conn
+                .query_row(
+                    &sql,
+                    params![
+                        commit.id,
+                        commit.lease,
+                        commit.checkpoint.to_string(),
+                        commit.progress,
+                        commit.message,
+                        commit.step,
+                        status,
+                        result,
+                        completed_at,
+                        now
+                    ],
+                    read_row,
+                )
+                .optional()?
+                .map(|row| row.info))
+        })
+        .await
+    }
+
+    /// Marks the task `failed` if `lease` is still its worker's.
+    pub async fn fail_task(
+        &self,
+        id: &str,
+        lease: i64,
+        error: String,
+    ) -> Result<Option<TaskInfo>, StoreError> {
+        let id = id.to_owned();
+        self.write(move |conn| {
+            let now = now_ms();
+            let sql = format!(
+                "UPDATE tasks SET status = 'failed', error = ?3, completed_at = ?4, updated_at = ?4 \
+                 WHERE id = ?1 AND lease = ?2 AND status = 'running' RETURNING {COLUMNS}"
+            );
+            Ok(conn
+                .query_row(&sql, params![id, lease, error, now], read_row)
+                .optional()?
+                .map(|row| row.info))
+        })
+        .await
+    }
+
+    /// Moves the task to `to` if its status is one of `from`.
+    pub async fn transition(
+        &self,
+        id: &str,
+        from: &'static [TaskStatus],
+        to: TaskStatus,
+    ) -> Result<Transition, StoreError> {
+        let id = id.to_owned();
+        self.write(move |conn| {
+            let now = now_ms();
+            let completed_at = to.is_terminal().then_some(now);
+            let sql = format!(
+                "UPDATE tasks SET status = ?2, updated_at = ?3, \
+                 completed_at = COALESCE(?4, completed_at) \
+                 WHERE id = ?1 AND status IN ({}) RETURNING {COLUMNS}",
+                in_list(from)
+            );
+            let applied = conn
+                .query_row(&sql, params![id, to.as_str(), now, completed_at], read_row)
+                .optional()?;
+            Ok(match applied {
+                Some(row) => Transition::Applied(row.info),
+                None => match select_row(conn, &id)? {
+                    Some(row) => Transition::Refused(row.info),
+                    None => Transition::NotFound,
+                },
+            })
+        })
+        .await
+    }
+
+    pub async fn get_task(&self, id: &str) -> Result<Option<TaskInfo>, StoreError> {
+        let id = id.to_owned();
+        self.read(move |conn| Ok(select_row(conn, &id)?.map(|row| row.info)))
+            .await
+    }
+
+    /// Tasks, newest first, optionally only one owner's and only one status.
+    pub async fn list_tasks(
+        &self,
+        owner: Option<String>,
+        status: Option<TaskStatus>,
+        limit: usize,
+    ) -> Result<Vec<TaskInfo>, StoreError> {
+        self.read(move |conn| {
+            let sql = format!(
+                "SELECT {COLUMNS} FROM tasks \
+                 WHERE (?1 IS NULL OR owner = ?1) AND (?2 IS NULL OR status = ?2) \
+                 ORDER BY created_at DESC, id LIMIT ?3"
+            );
+            let mut stmt = conn.prepare(&sql)?;
+            let rows = stmt.query_map(
+                params![owner, status.map(TaskStatus::as_str), limit as i64],
+                read_row,
+            )?;
+            Ok(rows
+                .map(|row| row.map(|row| row.info))
+                .collect::<Result<_, _>>()?)
+        })
+        .await
+    }
+
+    /// Id and kind of the tasks a worker should be advancing: `pending` and `running`, oldest
+    /// first.
+    pub async fn unfinished_task_ids(&self) -> Result<Vec<(String, String)>, StoreError> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare(
+                "SELECT id, kind FROM tasks WHERE status IN ('pending', 'running') \
+                 ORDER BY created_at",
+            )?;
+            let ids = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+            Ok(ids.collect::<Result<_, _>>()?)
+        })
+        .await
+    }
+
+    pub async fn status_counts(&self) -> Result<BTreeMap<TaskStatus, u64>, StoreError> {
+        self.read(|conn| {
+            let mut counts: BTreeMap<TaskStatus, u64> =
+                TaskStatus::ALL.into_iter().map(|s| (s, 0)).collect();
+            let mut stmt = conn.prepare("SELECT status, COUNT(*) FROM tasks GROUP BY status")?;
+            let mut rows = stmt.query([])?;
+            while let Some(row) = rows.next()? {
+                let status: String = row.get(0)?;
+                let status = TaskStatus::from_str(&status)
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                counts.insert(status, row.get(1)?);
+            }
+            Ok(counts)
+        })
+        .await
+    }
+
+    pub async fn checkpoint_stats(&self) -> Result<CheckpointStats, StoreError> {
+        let counts = self.status_counts().await?;
+        self.read(move |conn| {
+            let (steps, bytes, oldest, newest): (i64, i64, Option<i64>, Option<i64>) = conn
+                .query_row(
+                    "SELECT COALESCE(SUM(step), 0), COALESCE(SUM(LENGTH(checkpoint)), 0), \
+                     MIN(updated_at), MAX(updated_at) FROM tasks",
+                    [],
+                    |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+                )?;
+            Ok(CheckpointStats {
+                total_checkpoints: counts.values().sum(),
+                checkpoint_stats: counts,
+                total_steps_committed: steps as u64,
+                checkpoint_bytes: bytes as u64,
+                oldest_checkpoint_at: oldest.map(time),
+                newest_checkpoint_at: newest.map(time),
+            })
+        })
+        .await
+    }
+
+    /// Deletes terminal tasks that finished before `cutoff`; returns how many.
+    pub async fn purge_finished_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
+        self.write(move |conn| {
+            let deleted = conn.execute(
+                &format!(
+                    "DELETE FROM tasks WHERE completed_at < ?1 AND status IN ({})",
+                    in_list(&[
+                        TaskStatus::Completed,
+                        TaskStatus::Failed,
+                        TaskStatus::Cancelled
+                    ])
+                ),
+                [cutoff.timestamp_millis()],
+            )?;
+            Ok(deleted as u64)
+        })
+        .await
+    }
+
+    /// A random secret created with the database, for deriving ids that must be stable for the
+    /// same inputs yet unguessable to anyone without the database.
+    pub async fn server_secret(&self) -> Result<[u8; 32], StoreError> {
+        self.write(|conn| {
+            let existing: Option<String> = conn
+                .query_row("SELECT value FROM meta WHERE key = 'secret'", [], |row| {
+                    row.get(0)
+                })
+                .optional()?;
+            let hex = match existing {
+                Some(hex) => hex,
+                None => {
+                    let hex = hex::encode(rand::random::<[u8; 32]>());
+                    conn.execute(
+                        "INSERT INTO meta (key, value) VALUES ('secret', ?1)",
+                        [&hex],
+                    )?;
+                    hex
+                }
+            };
+            let mut secret = [0u8; 32];
+            hex::decode_to_slice(&hex, &mut secret)
+                .map_err(|e| StoreError::Corrupt(format!("meta.secret: {e}")))?;
+            Ok(secret)
+        })
+        .await
+    }
+}
+
+fn insert(conn: &Connection, task: &NewTask) -> Result<(), StoreError> {
+    let now = now_ms();
+    conn.execute(
+        "INSERT INTO tasks (id, kind, owner, params, status, total, checkpoint, message, \
+         created_at, updated_at) VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6, 'queued', ?7, ?7)",
+        params![
+            task.id,
+            task.kind,
+            task.owner,
+            task.params.to_string(),
+            task.total,
+            task.checkpoint.to_string(),
+            now
+        ],
+    )?;
+    Ok(())
+}

@@ -1,0 +1,12 @@
+//! The task, checkpoint and event types that every part of durable-mcp speaks: the server
+//! stores and serves them, the CLI prints them, the dashboard renders them.
+//!
+//! This crate is deliberately small and portable: serde, serde_json and chrono without a clock,
+//! so that it compiles for `wasm32-unknown-unknown` as well as natively.
+
+pub mod results;
+mod status;
+mod task;
+
+pub use status::{TaskStatus, UnknownStatus};
+pub use task::{CheckpointStats, ServerStats, TaskInfo, TaskList, kinds, list_uri, status_uri};

@@ -1,0 +1,77 @@
+//! The results of the built-in task kinds (`result_data` of a completed task), typed so the CLI
+//! and the dashboard can read them without guessing at JSON.
+
+use serde::{Deserialize, Serialize};
+
+/// Result of `start_data_migration`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MigrationResult {
+    pub migrated_records: u64,
+    pub total_records: u64,
+    pub source_path: String,
+    pub destination_path: String,
+    /// Size of the destination file in bytes.
+    pub destination_bytes: u64,
+    /// SHA-256 of the destination file, hex.
+    pub destination_sha256: String,
+    pub success: bool,
+}
+
+/// Result of `start_batch_processing`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchResult {
+    pub processed: u64,
+    pub total: u64,
+    pub batch_size: u64,
+    pub batches: u64,
+    pub processing_delay: f64,
+    /// SHA-256 chain over every processed item, hex: equal for equal inputs, however often the
+    /// task was interrupted.
+    pub digest: String,
+    /// Sum of the processed item values.
+    pub checksum: u64,
+    pub success: bool,
+}
+
+/// Loss and accuracy after one training epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct EpochMetrics {
+    pub epoch: u64,
+    pub loss: f64,
+    pub accuracy: f64,
+}
+
+/// Result of `start_ml_training`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainingResult {
+    pub model_name: String,
+    pub dataset_size: u64,
+    pub epochs_completed: u64,
+    pub final_loss: f64,
+    pub final_accuracy: f64,
+    /// The learned weights, bias last.
+    pub weights: Vec<f64>,
+    /// One entry per epoch, in order.
+    pub history: Vec<EpochMetrics>,
+    pub success: bool,
+}
+
+/// One record produced by `resumable_data_processing`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessedRecord {
+    pub record_id: String,
+    pub processed_at: String,
+    pub value: u64,
+}
+
+/// Result of `resumable_data_processing`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessingResult {
+    pub dataset_name: String,
+    pub total_processed: u64,
+    /// The first five records.
+    pub records: Vec<ProcessedRecord>,
+    /// Sum of all record values: equal for equal inputs, however often the task was interrupted.
+    pub value_sum: u64,
+    pub status: String,
+}

@@ -1,0 +1,146 @@
+//! What a task looks like from outside the engine: the JSON of `task://status/{id}` and the
+//! list and statistics views built from it.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::TaskStatus;
+
+/// The names of the built-in task kinds, as stored and as shown to clients.
+pub mod kinds {
+    pub const DATA_MIGRATION: &str = "data_migration";
+    pub const BATCH_PROCESSING: &str = "batch_processing";
+    pub const ML_TRAINING: &str = "ml_training";
+    /// The in-request job of `resumable_data_processing`.
+    pub const DATA_PROCESSING: &str = "data_processing";
+}
+
+/// The URI of a task's status resource.
+pub fn status_uri(task_id: &str) -> String {
+    format!("task://status/{task_id}")
+}
+
+/// The URI of the task list resource, optionally filtered by status.
+pub fn list_uri(status: Option<TaskStatus>) -> String {
+    match status {
+        Some(status) => format!("task://list/{status}"),
+        None => "task://list".to_owned(),
+    }
+}
+
+/// One task as clients see it. The field names up to `completed_at` are those of the reference
+/// servers, so their clients can read it unchanged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskInfo {
+    pub task_id: String,
+    pub status: TaskStatus,
+    /// Units of work done (records, items or epochs, depending on the kind).
+    pub progress: u64,
+    /// Units of work in the whole task.
+    pub total: u64,
+    /// The message of the last committed step.
+    pub message: String,
+    /// The kind's result once `completed`.
+    pub result_data: Option<Value>,
+    /// Why the task failed, once `failed`.
+    pub error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// When the task reached a terminal status.
+    pub completed_at: Option<DateTime<Utc>>,
+    pub kind: String,
+    /// The validated parameters the task was started with.
+    pub parameters: Value,
+    /// The client id that started the task.
+    pub owner: String,
+    /// How many steps have been committed; a resumed task continues after this one.
+    pub step: u64,
+    /// `progress / total` in percent, rounded to one decimal.
+    pub percent: f64,
+}
+
+impl TaskInfo {
+    pub fn percent_of(progress: u64, total: u64) -> f64 {
+        if total == 0 {
+            return 100.0;
+        }
+        (progress as f64 * 1000.0 / total as f64).round() / 10.0
+    }
+}
+
+/// The body of `task://list` and `task://list/{status}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskList {
+    pub tasks: Vec<TaskInfo>,
+    pub total: usize,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub status_filter: Option<TaskStatus>,
+}
+
+/// Counts of tasks per status, as returned by `get_server_stats`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServerStats {
+    pub total_tasks: u64,
+    pub pending_tasks: u64,
+    pub running_tasks: u64,
+    pub paused_tasks: u64,
+    pub completed_tasks: u64,
+    pub failed_tasks: u64,
+    pub cancelled_tasks: u64,
+    /// Workers currently advancing a task in this process.
+    pub active_background_tasks: u64,
+}
+
+impl ServerStats {
+    pub fn from_counts(counts: &BTreeMap<TaskStatus, u64>, active_background_tasks: u64) -> Self {
+        let count = |status| counts.get(&status).copied().unwrap_or(0);
+        ServerStats {
+            total_tasks: counts.values().sum(),
+            pending_tasks: count(TaskStatus::Pending),
+            running_tasks: count(TaskStatus::Running),
+            paused_tasks: count(TaskStatus::Paused),
+            completed_tasks: count(TaskStatus::Completed),
+            failed_tasks: count(TaskStatus::Failed),
+            cancelled_tasks: count(TaskStatus::Cancelled),
+            active_background_tasks,
+        }
+    }
+}
+
+/// What the checkpoint store holds, as returned by `get_checkpoint_stats`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointStats {
+    /// Tasks per status.
+    pub checkpoint_stats: BTreeMap<TaskStatus, u64>,
+    /// Tasks stored, whatever their status.
+    pub total_checkpoints: u64,
+    /// Steps committed across all stored tasks.
+    pub total_steps_committed: u64,
+    /// Size of the checkpoint state of all stored tasks, in bytes of JSON.
+    pub checkpoint_bytes: u64,
+    pub oldest_checkpoint_at: Option<DateTime<Utc>>,
+    pub newest_checkpoint_at: Option<DateTime<Utc>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_is_rounded_to_one_decimal_and_total_zero_is_done() {
+        assert_eq!(TaskInfo::percent_of(1, 3), 33.3);
+        assert_eq!(TaskInfo::percent_of(2, 3), 66.7);
+        assert_eq!(TaskInfo::percent_of(50, 50), 100.0);
+        assert_eq!(TaskInfo::percent_of(0, 0), 100.0);
+    }
+
+    #[test]
+    fn list_uris_name_the_status() {
+        assert_eq!(list_uri(None), "task://list");
+        assert_eq!(list_uri(Some(TaskStatus::Paused)), "task://list/paused");
+        assert_eq!(status_uri("abc"), "task://status/abc");
+    }
+}

@@ -1,0 +1,1 @@
+//! Placeholder until the dashboard issue: the shared types already compile for wasm32.
