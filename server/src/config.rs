@@ -125,7 +125,7 @@ mod tests {
 
     #[test]
     fn bad_values_are_refused_with_the_reason() {
-        let err = Cli::try_parse_from(["durable-mcp", "--time-scale", "-1"]).unwrap_err();
+        let err = Cli::try_parse_from(["durable-mcp", "--time-scale=-1"]).unwrap_err();
         assert!(
             err.to_string().contains("must be between 0 and 1000"),
             "{err}"

@@ -7,3 +7,8 @@ pub mod http;
 pub mod kinds;
 pub mod mcp;
 pub mod store;
+
+/// The README's Rust examples, compiled and run as doctests so they stay true.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -1,5 +1,7 @@
 //! The `durable-mcp` binary: parse the command line, set up logging, bind, serve.
 
+use std::io::IsTerminal;
+
 use anyhow::Context;
 use clap::Parser;
 use durable_mcp::config::{Cli, Command};
@@ -14,6 +16,7 @@ async fn main() -> anyhow::Result<()> {
             EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| EnvFilter::new("info,tower_http=warn,rmcp=warn")),
         )
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
 

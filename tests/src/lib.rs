@@ -1,1 +1,416 @@
+//! Harness for the end-to-end suites: real `durable-mcp` processes on `127.0.0.1:0` and real MCP
+//! clients (rmcp's Streamable HTTP client). Every wait has a deadline, so a bug fails a test
+//! instead of hanging it.
+// MCP logging is deprecated by SEP-2577, but it is what 2025-11-25 servers (this one) send.
+#![allow(deprecated)]
 
+use std::future::Future;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use durable_shared::{TaskInfo, TaskStatus};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, LoggingMessageNotificationParam,
+    ProgressNotificationParam, ProgressToken, ReadResourceRequestParams,
+    ResourceUpdatedNotificationParam,
+};
+use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde_json::Value;
+
+/// Deadline for any single network operation.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Awaits `future`, failing the test if it takes longer than `limit`.
+pub async fn within<T>(limit: Duration, what: &str, future: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(limit, future).await {
+        Ok(value) => value,
+        Err(_) => panic!("timed out after {limit:?} waiting for {what}"),
+    }
+}
+
+/// The `durable-mcp` binary of this build profile, built once per test process. Cargo only
+/// builds a package's binaries for that package's own tests, so the suites ask for it here.
+pub fn server_binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| {
+        let exe = std::env::current_exe().expect("test executable path");
+        // target/<profile>/deps/<test> -> target/<profile>
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("test executable lives in target/<profile>/deps");
+        let release = profile_dir
+            .file_name()
+            .is_some_and(|name| name == "release");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut build = Command::new(cargo);
+        build.args([
+            "build",
+            "--quiet",
+            "-p",
+            "durable-mcp",
+            "--bin",
+            "durable-mcp",
+        ]);
+        if release {
+            build.arg("--release");
+        }
+        let status = build.status().expect("running cargo build for durable-mcp");
+        assert!(status.success(), "cargo build of durable-mcp failed");
+        profile_dir.join("durable-mcp")
+    })
+}
+
+/// A running server process with its own database and data directory.
+pub struct Server {
+    child: Option<Child>,
+    pub addr: SocketAddr,
+    pub dir: PathBuf,
+    args: Vec<String>,
+    starts: u32,
+}
+
+impl Server {
+    /// Starts a server in `dir` (database `dir/tasks.db`, data `dir/data`) on a free port.
+    pub fn start(dir: &Path, extra_args: &[&str]) -> Server {
+        let mut server = Server {
+            child: None,
+            addr: "127.0.0.1:0".parse().expect("address"),
+            dir: dir.to_owned(),
+            args: extra_args.iter().map(|arg| arg.to_string()).collect(),
+            starts: 0,
+        };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        self.starts += 1;
+        let log = std::fs::File::create(self.dir.join(format!("server-{}.log", self.starts)))
+            .expect("server log file");
+        let mut child = Command::new(server_binary())
+            .args([
+                "--host",
+                "127.0.0.1",
+                "--port",
+                &self.addr.port().to_string(),
+            ])
+            .arg("--db")
+            .arg(self.dir.join("tasks.db"))
+            .arg("--data-dir")
+            .arg(self.dir.join("data"))
+            .args(["--dashboard-dir", "/nonexistent"])
+            .args(&self.args)
+            .env("RUST_LOG", "info,durable_mcp=debug")
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("starting durable-mcp");
+        let stdout = child.stdout.take().expect("server stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("server did not start; log:\n{}", self.log()));
+        let url = line
+            .strip_prefix("durable-mcp listening on http://")
+            .and_then(|rest| rest.strip_suffix("/mcp"))
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
+        self.addr = url.parse().expect("listening address");
+        self.child = Some(child);
+    }
+
+    pub fn mcp_url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+
+    /// Kills the process with SIGKILL: no shutdown code runs.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().expect("SIGKILL");
+            child.wait().expect("reaping the server");
+        }
+    }
+
+    /// Starts the server again on the same port, database and data directory.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "restart needs a stopped server");
+        self.spawn();
+    }
+
+    /// Sends SIGTERM and waits (up to `limit`) for the process to exit.
+    pub fn terminate(&mut self, limit: Duration) -> ExitStatus {
+        let mut child = self.child.take().expect("a running server");
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .expect("running kill");
+        assert!(status.success());
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if let Some(status) = child.try_wait().expect("waiting for the server") {
+                return status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!(
+                    "server did not exit within {limit:?} of SIGTERM; log:\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The logs of every start of this server, in order.
+    pub fn log(&self) -> String {
+        (1..=self.starts)
+            .map(|n| {
+                std::fs::read_to_string(self.dir.join(format!("server-{n}.log")))
+                    .unwrap_or_default()
+            })
+            .collect::<Vec<_>>()
+            .join("\n--- restart ---\n")
+    }
+
+    pub fn data_path(&self, relative: &str) -> PathBuf {
+        self.dir.join("data").join(relative)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+        if std::thread::panicking() {
+            eprintln!("server log:\n{}", self.log());
+        }
+    }
+}
+
+/// A notification the test client received.
+#[derive(Debug, Clone)]
+pub enum Note {
+    Progress(ProgressNotificationParam),
+    ResourceUpdated(String),
+    Log(LoggingMessageNotificationParam),
+}
+
+/// A client handler that records every notification.
+#[derive(Clone, Default)]
+pub struct Recorder {
+    notes: Arc<Mutex<Vec<Note>>>,
+}
+
+impl Recorder {
+    fn push(&self, note: Note) {
+        self.notes.lock().expect("notes lock").push(note);
+    }
+}
+
+impl ClientHandler for Recorder {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.push(Note::Progress(params));
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.push(Note::ResourceUpdated(params.uri));
+    }
+
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.push(Note::Log(params));
+    }
+}
+
+/// A connected MCP client.
+pub struct Client {
+    pub service: RunningService<RoleClient, Recorder>,
+    recorder: Recorder,
+}
+
+impl Client {
+    /// Connects to `url`, sending `X-Client-Id: client_id` when given.
+    pub async fn connect(url: &str, client_id: Option<&str>) -> Client {
+        let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
+        if let Some(id) = client_id {
+            let mut headers = std::collections::HashMap::new();
+            headers.insert(
+                http::HeaderName::from_static("x-client-id"),
+                id.parse().expect("client id header value"),
+            );
+            config = config.custom_headers(headers);
+        }
+        let transport = StreamableHttpClientTransport::from_config(config);
+        let recorder = Recorder::default();
+        let service = within(IO_TIMEOUT, "initialize", recorder.clone().serve(transport))
+            .await
+            .expect("MCP initialize");
+        Client { service, recorder }
+    }
+
+    /// Every notification received so far.
+    pub fn notes(&self) -> Vec<Note> {
+        self.recorder.notes.lock().expect("notes lock").clone()
+    }
+
+    pub async fn call(&self, tool: &str, args: Value) -> CallToolResult {
+        let Value::Object(args) = args else {
+            panic!("tool arguments must be an object")
+        };
+        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(args);
+        within(IO_TIMEOUT, tool, self.service.call_tool(params))
+            .await
+            .unwrap_or_else(|e| panic!("{tool} failed at the protocol level: {e}"))
+    }
+
+    /// Progress values received so far, grouped by progress token in order of first arrival.
+    /// (rmcp's client gives every request a progress token of its own.)
+    pub fn progress_by_token(&self) -> Vec<Vec<f64>> {
+        let mut groups: Vec<(ProgressToken, Vec<f64>)> = Vec::new();
+        for note in self.notes() {
+            if let Note::Progress(p) = note {
+                match groups
+                    .iter_mut()
+                    .find(|(token, _)| *token == p.progress_token)
+                {
+                    Some((_, values)) => values.push(p.progress),
+                    None => groups.push((p.progress_token, vec![p.progress])),
+                }
+            }
+        }
+        groups.into_iter().map(|(_, values)| values).collect()
+    }
+
+    /// Waits until some request's progress reached `total`, and returns that request's values.
+    /// Notifications are handled concurrently with responses, so they may trail the result.
+    pub async fn progress_reaching(&self, total: f64) -> Vec<f64> {
+        within(IO_TIMEOUT, "progress notifications", async {
+            loop {
+                if let Some(values) = self
+                    .progress_by_token()
+                    .into_iter()
+                    .find(|values| values.last() == Some(&total))
+                {
+                    return values;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+    }
+
+    /// Calls a tool that must succeed and returns its structured content.
+    pub async fn call_ok(&self, tool: &str, args: Value) -> Value {
+        let result = self.call(tool, args).await;
+        assert_ne!(
+            result.is_error,
+            Some(true),
+            "{tool} returned an error: {result:?}"
+        );
+        result.structured_content.expect("structured content")
+    }
+
+    /// Calls a tool that must fail with a tool error and returns its message.
+    pub async fn call_err(&self, tool: &str, args: Value) -> String {
+        let result = self.call(tool, args).await;
+        assert_eq!(
+            result.is_error,
+            Some(true),
+            "{tool} should have failed: {result:?}"
+        );
+        text_of(&result)
+    }
+
+    /// Reads a resource and parses its JSON text.
+    pub async fn read(&self, uri: &str) -> Value {
+        let result = within(
+            IO_TIMEOUT,
+            uri,
+            self.service
+                .read_resource(ReadResourceRequestParams::new(uri.to_owned())),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("reading {uri}: {e}"));
+        let text = match &result.contents[0] {
+            rmcp::model::ResourceContents::TextResourceContents { text, .. } => text.clone(),
+            other => panic!("{uri} is not text: {other:?}"),
+        };
+        serde_json::from_str(&text).expect("resource JSON")
+    }
+
+    pub async fn task(&self, task_id: &str) -> TaskInfo {
+        serde_json::from_value(self.read(&format!("task://status/{task_id}")).await)
+            .expect("task JSON")
+    }
+
+    /// Polls the task until `done` holds for it.
+    pub async fn wait_task(
+        &self,
+        task_id: &str,
+        limit: Duration,
+        done: impl Fn(&TaskInfo) -> bool,
+    ) -> TaskInfo {
+        within(limit, &format!("task {task_id}"), async {
+            loop {
+                let task = self.task(task_id).await;
+                if done(&task) {
+                    return task;
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+        })
+        .await
+    }
+
+    /// Polls the task until it reaches a terminal status.
+    pub async fn wait_terminal(&self, task_id: &str, limit: Duration) -> TaskInfo {
+        self.wait_task(task_id, limit, |task| task.status.is_terminal())
+            .await
+    }
+
+    pub async fn close(self) {
+        let _ = within(IO_TIMEOUT, "client close", self.service.cancel()).await;
+    }
+}
+
+/// The text content of a tool result, joined.
+pub fn text_of(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|block| block.as_text().map(|text| text.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Polls until the server has committed at least `progress` units of the task, straight from
+/// a fresh connection: used just before killing a server at a chosen point.
+pub async fn wait_progress(client: &Client, task_id: &str, progress: u64) -> TaskInfo {
+    client
+        .wait_task(task_id, Duration::from_secs(60), |task| {
+            task.progress >= progress || task.status == TaskStatus::Completed
+        })
+        .await
+}

@@ -401,3 +401,216 @@ fn insert(conn: &Connection, task: &NewTask) -> Result<(), StoreError> {
     )?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use chrono::TimeZone;
+    use serde_json::json;
+
+    use super::*;
+    use crate::engine::retention_cutoff;
+
+    async fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("t.db")).unwrap();
+        (dir, store)
+    }
+
+    fn new_task(id: &str) -> NewTask {
+        NewTask {
+            id: id.into(),
+            kind: "k".into(),
+            owner: "o".into(),
+            params: json!({"n": 1}),
+            total: 10,
+            checkpoint: json!({"done": 0}),
+        }
+    }
+
+    fn commit(id: &str, lease: i64, step: u64) -> StepCommit {
+        StepCommit {
+            id: id.into(),
+            lease,
+            step,
+            checkpoint: json!({"done": step}),
+            progress: step,
+            message: format!("step {step}"),
+            result: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn only_the_latest_lease_commits_and_only_while_running() {
+        let (_dir, store) = store().await;
+        store.insert_task(new_task("a")).await.unwrap();
+        let first = store.claim_task("a").await.unwrap().unwrap();
+        let second = store.claim_task("a").await.unwrap().unwrap();
+        assert!(second.lease > first.lease);
+        assert!(
+            store
+                .commit_step(commit("a", first.lease, 1))
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let info = store
+            .commit_step(commit("a", second.lease, 1))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (info.step, info.progress, info.message.as_str()),
+            (1, 1, "step 1")
+        );
+
+        const RUNNING: &[TaskStatus] = &[TaskStatus::Running];
+        let paused = store
+            .transition("a", RUNNING, TaskStatus::Paused)
+            .await
+            .unwrap();
+        assert!(matches!(paused, Transition::Applied(ref t) if t.status == TaskStatus::Paused));
+        assert!(
+            store
+                .commit_step(commit("a", second.lease, 2))
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            store.claim_task("a").await.unwrap().is_none(),
+            "paused tasks are not claimed"
+        );
+        let row = store.get_task("a").await.unwrap().unwrap();
+        assert_eq!(row.step, 1, "nothing was committed while paused");
+    }
+
+    #[tokio::test]
+    async fn terminal_statuses_never_change() {
+        let (_dir, store) = store().await;
+        store.insert_task(new_task("a")).await.unwrap();
+        let lease = store.claim_task("a").await.unwrap().unwrap().lease;
+        let mut last = commit("a", lease, 1);
+        last.result = Some(json!({"ok": true}));
+        let done = store.commit_step(last).await.unwrap().unwrap();
+        assert_eq!(done.status, TaskStatus::Completed);
+        assert!(done.completed_at.is_some());
+        const ANY: &[TaskStatus] = &TaskStatus::ALL;
+        for target in TaskStatus::ALL {
+            let outcome = store.transition("a", &ANY[..3], target).await.unwrap();
+            assert!(
+                matches!(outcome, Transition::Refused(ref t) if t.status == TaskStatus::Completed)
+            );
+        }
+        assert!(
+            store
+                .fail_task("a", lease, "late".into())
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert!(store.claim_task("a").await.unwrap().is_none());
+        assert!(matches!(
+            store
+                .transition("missing", ANY, TaskStatus::Paused)
+                .await
+                .unwrap(),
+            Transition::NotFound
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_failing_write_rolls_back_alone() {
+        let (_dir, store) = store().await;
+        let writes = (0..50).map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                if i == 25 {
+                    // Violates the status CHECK constraint after inserting: the savepoint must
+                    // undo the insert without touching the other writes of its batch.
+                    store
+                        .write(|conn| {
+                            insert(conn, &new_task("bad"))?;
+                            conn.execute("UPDATE tasks SET status = 'bogus' WHERE id = 'bad'", [])?;
+                            Ok(())
+                        })
+                        .await
+                } else {
+                    store
+                        .insert_task(new_task(&format!("t{i}")))
+                        .await
+                        .map(|_| ())
+                }
+            })
+        });
+        let results: Vec<_> = futures::future::join_all(writes).await;
+        let failures = results
+            .iter()
+            .filter(|r| r.as_ref().unwrap().is_err())
+            .count();
+        assert_eq!(failures, 1);
+        assert!(store.get_task("bad").await.unwrap().is_none());
+        assert_eq!(store.list_tasks(None, None, 100).await.unwrap().len(), 49);
+    }
+
+    /// The first reference server computed its clean-up date by subtracting days from the day
+    /// of the month, which breaks at the start of every month.
+    #[tokio::test]
+    async fn retention_purges_across_a_month_boundary() {
+        let (_dir, store) = store().await;
+        let at = |y, m, d, h| Utc.with_ymd_and_hms(y, m, d, h, 0, 0).unwrap();
+        for (id, completed) in [
+            ("old", at(2026, 2, 27, 23)),
+            ("recent", at(2026, 2, 28, 12)),
+        ] {
+            store.insert_task(new_task(id)).await.unwrap();
+            let id = id.to_owned();
+            store
+                .write(move |conn| {
+                    conn.execute(
+                        "UPDATE tasks SET status = 'completed', completed_at = ?2 WHERE id = ?1",
+                        params![id, completed.timestamp_millis()],
+                    )?;
+                    Ok(())
+                })
+                .await
+                .unwrap();
+        }
+        store.insert_task(new_task("unfinished")).await.unwrap();
+
+        let day = Duration::from_secs(86_400);
+        let cutoff = retention_cutoff(at(2026, 3, 1, 0), day);
+        assert_eq!(cutoff, at(2026, 2, 28, 0));
+        assert_eq!(store.purge_finished_before(cutoff).await.unwrap(), 1);
+        let left: Vec<String> = store
+            .list_tasks(None, None, 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.task_id)
+            .collect();
+        assert_eq!(left.len(), 2);
+        assert!(!left.contains(&"old".to_owned()));
+
+        assert_eq!(retention_cutoff(at(2028, 3, 1, 6), day), at(2028, 2, 29, 6));
+        assert_eq!(
+            retention_cutoff(at(2026, 1, 1, 6), day * 2),
+            at(2025, 12, 30, 6)
+        );
+        assert_eq!(
+            retention_cutoff(at(2026, 3, 31, 6), day * 31),
+            at(2026, 2, 28, 6)
+        );
+    }
+
+    #[tokio::test]
+    async fn the_server_secret_is_created_once() {
+        let (dir, store) = store().await;
+        let first = store.server_secret().await.unwrap();
+        drop(store);
+        let reopened = Store::open(&dir.path().join("t.db")).unwrap();
+        assert_eq!(reopened.server_secret().await.unwrap(), first);
+        assert_ne!(first, [0; 32]);
+    }
+}

@@ -1,0 +1,232 @@
+//! Crash tests: the server is killed with SIGKILL at several points of each task kind and
+//! restarted; every task must finish with exactly the result of an uninterrupted run (no step
+//! repeated, none skipped).
+
+use std::time::Duration;
+
+use durable_shared::{TaskInfo, TaskStatus};
+use durable_tests::{Client, Server, wait_progress, within};
+use serde_json::{Value, json};
+
+const TASK_LIMIT: Duration = Duration::from_secs(120);
+
+/// Runs `tool(args)` on a fresh server without interruption and returns the finished task.
+async fn uninterrupted(
+    scale: &str,
+    tool: &str,
+    args: &Value,
+) -> (tempfile::TempDir, Server, TaskInfo) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--time-scale", scale]);
+    let client = Client::connect(&server.mcp_url(), Some("baseline")).await;
+    let started = client.call_ok(tool, args.clone()).await;
+    let task = client
+        .wait_terminal(started["task_id"].as_str().unwrap(), TASK_LIMIT)
+        .await;
+    client.close().await;
+    assert_eq!(task.status, TaskStatus::Completed, "{task:?}");
+    (dir, server, task)
+}
+
+/// Runs `tool(args)` and SIGKILLs the server once the task's progress reaches each of
+/// `kill_at`, restarting it each time; returns the finished task.
+async fn interrupted(
+    scale: &str,
+    tool: &str,
+    args: &Value,
+    kill_at: &[u64],
+) -> (tempfile::TempDir, Server, TaskInfo) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), &["--time-scale", scale]);
+    let client = Client::connect(&server.mcp_url(), Some("crash-test")).await;
+    let started = client.call_ok(tool, args.clone()).await;
+    let id = started["task_id"].as_str().unwrap().to_owned();
+    let mut client = Some(client);
+    for &point in kill_at {
+        let watcher = client.take().unwrap();
+        let task = wait_progress(&watcher, &id, point).await;
+        assert_ne!(
+            task.status,
+            TaskStatus::Completed,
+            "task finished before the kill at {point}"
+        );
+        server.kill9();
+        drop(watcher);
+        server.restart();
+        client = Some(Client::connect(&server.mcp_url(), Some("crash-test")).await);
+    }
+    let client = client.unwrap();
+    let task = client.wait_terminal(&id, TASK_LIMIT).await;
+    client.close().await;
+    let log = server.log();
+    let runs = log
+        .lines()
+        .filter(|line| line.contains("worker running") && line.contains(&id))
+        .count();
+    assert_eq!(runs, kill_at.len() + 1, "one worker per start:\n{log}");
+    (dir, server, task)
+}
+
+fn assert_same_outcome(crashed: &TaskInfo, clean: &TaskInfo, steps: u64) {
+    assert_eq!(crashed.status, TaskStatus::Completed, "{crashed:?}");
+    assert_eq!(crashed.result_data, clean.result_data);
+    assert_eq!(
+        (crashed.progress, crashed.total),
+        (clean.progress, clean.total)
+    );
+    // One commit per step: a repeated step would show up as an extra one.
+    assert_eq!((crashed.step, clean.step), (steps, steps));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migration_writes_each_record_exactly_once_across_kills() {
+    let args = json!({"source_path": "sample:customers", "destination_path": "out/customers.jsonl", "record_count": 2000});
+    let (clean, crashed) = tokio::join!(
+        uninterrupted("0.02", "start_data_migration", &args),
+        interrupted("0.02", "start_data_migration", &args, &[300, 900, 1500]),
+    );
+    assert_same_outcome(&crashed.2, &clean.2, 20);
+    let written = std::fs::read(crashed.1.data_path("out/customers.jsonl")).unwrap();
+    let expected = std::fs::read(clean.1.data_path("out/customers.jsonl")).unwrap();
+    assert!(
+        written == expected,
+        "destination differs from an uninterrupted run"
+    );
+    let ids: Vec<u64> = String::from_utf8(written)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<Value>(line).unwrap()["id"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(ids, (1..=2000).collect::<Vec<_>>());
+}
+
+/// With no simulated delay the kills land anywhere, including between a batch's write and its
+/// checkpoint commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migration_without_delays_survives_kills_mid_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let source: String = (0..30_000)
+        .map(|i| format!("{{\"n\":{i},\"pad\":\"{}\"}}\n", "x".repeat(i % 40)))
+        .collect();
+    std::fs::create_dir_all(dir.path().join("data")).unwrap();
+    std::fs::write(dir.path().join("data/in.jsonl"), &source).unwrap();
+    let mut server = Server::start(dir.path(), &["--time-scale", "0"]);
+    let client = Client::connect(&server.mcp_url(), None).await;
+    let started = client
+        .call_ok(
+            "start_data_migration",
+            json!({"source_path": "in.jsonl", "destination_path": "out.jsonl", "record_count": 25_000}),
+        )
+        .await;
+    let id = started["task_id"].as_str().unwrap().to_owned();
+    let mut client = Some(client);
+    for point in [2_000, 9_000, 17_000] {
+        let watcher = client.take().unwrap();
+        wait_progress(&watcher, &id, point).await;
+        server.kill9();
+        server.restart();
+        client = Some(Client::connect(&server.mcp_url(), None).await);
+    }
+    let client = client.unwrap();
+    let task = client.wait_terminal(&id, TASK_LIMIT).await;
+    assert_eq!(task.status, TaskStatus::Completed, "{task:?}");
+    assert_eq!(task.step, 250);
+    let written = std::fs::read_to_string(server.data_path("out.jsonl")).unwrap();
+    let numbers: Vec<u64> = written
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<Value>(line).unwrap()["n"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(numbers, (0..25_000).collect::<Vec<_>>());
+    client.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_processing_digest_is_unchanged_by_kills() {
+    let args = json!({"batch_size": 100, "total_items": 5000, "processing_delay": 1});
+    let (clean, crashed) = tokio::join!(
+        uninterrupted("0.02", "start_batch_processing", &args),
+        interrupted("0.02", "start_batch_processing", &args, &[1000, 2500, 4000]),
+    );
+    assert_same_outcome(&crashed.2, &clean.2, 50);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn training_metrics_are_unchanged_by_kills() {
+    let args = json!({"model_name": "crash-model", "dataset_size": 2000, "epochs": 40});
+    let (clean, crashed) = tokio::join!(
+        uninterrupted("0.002", "start_ml_training", &args),
+        interrupted("0.002", "start_ml_training", &args, &[10, 20, 30]),
+    );
+    assert_same_outcome(&crashed.2, &clean.2, 40);
+    assert_eq!(
+        crashed.2.result_data.unwrap()["history"]
+            .as_array()
+            .unwrap()
+            .len(),
+        40
+    );
+}
+
+/// The in-request job: its caller's connection dies with the server; the task resumes by itself
+/// after the restart, and calling again with the same arguments returns its result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resumable_processing_continues_after_a_kill_and_repeat_call_attaches() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), &["--time-scale", "0.02"]);
+    let args = json!({"dataset_name": "ledger", "total_records": 200, "batch_size": 10, "client_id": "cli-1"});
+    let baseline_args = json!({"dataset_name": "ledger", "total_records": 200, "batch_size": 10, "client_id": "baseline"});
+
+    let caller = Client::connect(&server.mcp_url(), None).await;
+    let call = tokio::spawn({
+        let args = args.clone();
+        async move { caller.call("resumable_data_processing", args).await }
+    });
+    let watcher = Client::connect(&server.mcp_url(), None).await;
+    let id = within(Duration::from_secs(30), "the task to appear", async {
+        loop {
+            let list = watcher.read("task://list").await;
+            if let Some(id) = list["tasks"][0]["task_id"].as_str() {
+                return id.to_owned();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    wait_progress(&watcher, &id, 60).await;
+    server.kill9();
+    // The caller's call fails with the connection instead of hanging.
+    let outcome = within(Duration::from_secs(60), "the interrupted call", call).await;
+    assert!(
+        outcome.is_err(),
+        "the call cannot succeed once its server is killed"
+    );
+    drop(watcher);
+    server.restart();
+
+    let client = Client::connect(&server.mcp_url(), None).await;
+    let resumed = client.call_ok("resumable_data_processing", args).await;
+    assert_eq!(resumed["task_id"], json!(id));
+    assert_eq!(resumed["total_processed"], json!(200));
+    let progress = client.progress_reaching(200.0).await;
+    assert!(
+        progress.windows(2).all(|w| w[0] < w[1]),
+        "progress must increase: {progress:?}"
+    );
+    let baseline = client
+        .call_ok("resumable_data_processing", baseline_args)
+        .await;
+    assert_ne!(baseline["task_id"], resumed["task_id"]);
+    assert_eq!(baseline["value_sum"], resumed["value_sum"]);
+    assert_eq!(baseline["records"], resumed["records"]);
+    let task = client.task(&id).await;
+    assert_eq!(task.step, 20, "every batch committed once");
+    client.close().await;
+}

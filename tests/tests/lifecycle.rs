@@ -1,0 +1,200 @@
+//! Pause, resume, cancel and shutdown: what a task does between its steps.
+
+use std::time::Duration;
+
+use durable_shared::TaskStatus;
+use durable_tests::{Client, Server, wait_progress, within};
+use serde_json::{Value, json};
+
+const TASK_LIMIT: Duration = Duration::from_secs(60);
+
+fn task_id(started: &Value) -> String {
+    started["task_id"].as_str().expect("task_id").to_owned()
+}
+
+/// Absence of activity can only be observed over time: this is how long a paused or cancelled
+/// task is watched, about thirty of its step durations.
+const QUIET_PERIOD: Duration = Duration::from_millis(300);
+
+#[tokio::test]
+async fn a_paused_task_runs_no_step_and_resumes_to_the_uninterrupted_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--time-scale", "0.01"]);
+    let client = Client::connect(&server.mcp_url(), None).await;
+    let args = json!({"batch_size": 1, "total_items": 60, "processing_delay": 1});
+    let paused_id = task_id(&client.call_ok("start_batch_processing", args.clone()).await);
+    let baseline_id = task_id(&client.call_ok("start_batch_processing", args).await);
+
+    wait_progress(&client, &paused_id, 5).await;
+    let paused = client
+        .call_ok("pause_task", json!({"task_id": paused_id}))
+        .await;
+    assert_eq!(paused["status"], json!("paused"));
+    let before = client.task(&paused_id).await;
+    tokio::time::sleep(QUIET_PERIOD).await;
+    let after = client.task(&paused_id).await;
+    assert_eq!(after.status, TaskStatus::Paused);
+    assert_eq!(
+        (after.step, after.progress),
+        (before.step, before.progress),
+        "a step ran while paused"
+    );
+    assert_eq!(after.updated_at, before.updated_at);
+    let error = client
+        .call_err("pause_task", json!({"task_id": paused_id}))
+        .await;
+    assert_eq!(
+        error,
+        format!("cannot pause task {paused_id}: it is paused")
+    );
+
+    let resumed = client
+        .call_ok("resume_task", json!({"task_id": paused_id}))
+        .await;
+    assert!(resumed["status"] == json!("pending") || resumed["status"] == json!("running"));
+    let done = client.wait_terminal(&paused_id, TASK_LIMIT).await;
+    let baseline = client.wait_terminal(&baseline_id, TASK_LIMIT).await;
+    assert_eq!(done.status, TaskStatus::Completed);
+    assert_eq!(done.result_data, baseline.result_data);
+    assert_eq!(done.step, 60);
+    client.close().await;
+}
+
+#[tokio::test]
+async fn cancel_stops_a_sleeping_step_at_once_and_is_final() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--time-scale", "1"]);
+    let client = Client::connect(&server.mcp_url(), None).await;
+    // One step sleeps for an hour: only a prompt cancel can stop it.
+    let id = task_id(
+        &client
+            .call_ok(
+                "start_batch_processing",
+                json!({"batch_size": 1, "total_items": 2, "processing_delay": 3600}),
+            )
+            .await,
+    );
+    client
+        .wait_task(&id, TASK_LIMIT, |task| task.status == TaskStatus::Running)
+        .await;
+    let cancelled = client.call_ok("cancel_task", json!({"task_id": id})).await;
+    assert_eq!(cancelled["status"], json!("cancelled"));
+    assert!(cancelled["completed_at"].is_string());
+    within(Duration::from_secs(10), "the worker to stop", async {
+        loop {
+            let stats = client.call_ok("get_server_stats", json!({})).await;
+            if stats["active_background_tasks"] == json!(0) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    for action in ["resume", "pause", "cancel"] {
+        let error = client
+            .call_err(&format!("{action}_task"), json!({"task_id": id}))
+            .await;
+        assert_eq!(error, format!("cannot {action} task {id}: it is cancelled"));
+    }
+    let task = client.task(&id).await;
+    assert_eq!(
+        (task.status, task.step, task.progress),
+        (TaskStatus::Cancelled, 0, 0)
+    );
+    client.close().await;
+}
+
+#[tokio::test]
+async fn cancel_of_a_paused_task_is_final_and_nothing_runs_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--time-scale", "0.01"]);
+    let client = Client::connect(&server.mcp_url(), None).await;
+    let id = task_id(
+        &client
+            .call_ok(
+                "start_ml_training",
+                json!({"model_name": "m", "dataset_size": 100, "epochs": 500}),
+            )
+            .await,
+    );
+    wait_progress(&client, &id, 3).await;
+    client.call_ok("pause_task", json!({"task_id": id})).await;
+    client.call_ok("cancel_task", json!({"task_id": id})).await;
+    let before = client.task(&id).await;
+    tokio::time::sleep(QUIET_PERIOD).await;
+    let after = client.task(&id).await;
+    assert_eq!(after.status, TaskStatus::Cancelled);
+    assert_eq!(after.step, before.step, "a step ran after cancel");
+    client.close().await;
+}
+
+#[tokio::test]
+async fn after_a_kill_paused_tasks_stay_paused_and_running_ones_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), &["--time-scale", "0.01"]);
+    let client = Client::connect(&server.mcp_url(), None).await;
+    let args = json!({"batch_size": 1, "total_items": 40, "processing_delay": 1});
+    let paused_id = task_id(&client.call_ok("start_batch_processing", args.clone()).await);
+    let running_id = task_id(&client.call_ok("start_batch_processing", args).await);
+    wait_progress(&client, &paused_id, 3).await;
+    client
+        .call_ok("pause_task", json!({"task_id": paused_id}))
+        .await;
+    let paused_step = client.task(&paused_id).await.step;
+    wait_progress(&client, &running_id, 10).await;
+    server.kill9();
+    drop(client);
+    server.restart();
+
+    let client = Client::connect(&server.mcp_url(), None).await;
+    let done = client.wait_terminal(&running_id, TASK_LIMIT).await;
+    assert_eq!((done.status, done.step), (TaskStatus::Completed, 40));
+    let paused = client.task(&paused_id).await;
+    assert_eq!(
+        (paused.status, paused.step),
+        (TaskStatus::Paused, paused_step)
+    );
+    client
+        .call_ok("resume_task", json!({"task_id": paused_id}))
+        .await;
+    let resumed = client.wait_terminal(&paused_id, TASK_LIMIT).await;
+    assert_eq!(resumed.result_data, done.result_data);
+    client.close().await;
+}
+
+#[tokio::test]
+async fn sigterm_checkpoints_exits_and_the_task_resumes_at_next_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(
+        dir.path(),
+        &["--time-scale", "0.01", "--shutdown-grace", "3s"],
+    );
+    let client = Client::connect(&server.mcp_url(), None).await;
+    // Each step sleeps a second, so SIGTERM lands mid-step.
+    let id = task_id(
+        &client
+            .call_ok(
+                "start_batch_processing",
+                json!({"batch_size": 10, "total_items": 30, "processing_delay": 100}),
+            )
+            .await,
+    );
+    wait_progress(&client, &id, 10).await;
+    drop(client);
+    let status = server.terminate(Duration::from_secs(20));
+    assert!(status.success(), "exit status {status:?}");
+    assert!(
+        server.log().contains("all tasks checkpointed"),
+        "{}",
+        server.log()
+    );
+
+    server.restart();
+    let client = Client::connect(&server.mcp_url(), None).await;
+    let task = client.wait_terminal(&id, TASK_LIMIT).await;
+    assert_eq!(
+        (task.status, task.step, task.progress),
+        (TaskStatus::Completed, 3, 30)
+    );
+    client.close().await;
+}
