@@ -15,8 +15,9 @@ use serde_json::Value;
 
 use super::{Store, StoreError};
 
-const COLUMNS: &str = "id, kind, owner, params, status, progress, total, message, step, result, \
-                       error, created_at, updated_at, completed_at, checkpoint, lease";
+/// The columns of a [`TaskInfo`]; the checkpoint is read only when a worker claims the task.
+const INFO_COLUMNS: &str = "id, kind, owner, params, status, progress, total, message, step, \
+                            result, error, created_at, updated_at, completed_at";
 
 /// A task about to be stored, with its first checkpoint.
 #[derive(Debug, Clone)]
@@ -73,7 +74,7 @@ fn parse_json(text: &str) -> rusqlite::Result<Value> {
     })
 }
 
-fn read_row(row: &Row<'_>) -> rusqlite::Result<TaskRow> {
+fn read_info(row: &Row<'_>) -> rusqlite::Result<TaskInfo> {
     let status: String = row.get("status")?;
     let status = TaskStatus::from_str(&status).map_err(|e| {
         rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
@@ -81,7 +82,7 @@ fn read_row(row: &Row<'_>) -> rusqlite::Result<TaskRow> {
     let progress: u64 = row.get("progress")?;
     let total: u64 = row.get("total")?;
     let result: Option<String> = row.get("result")?;
-    let info = TaskInfo {
+    Ok(TaskInfo {
         task_id: row.get("id")?,
         status,
         progress,
@@ -97,17 +98,21 @@ fn read_row(row: &Row<'_>) -> rusqlite::Result<TaskRow> {
         owner: row.get("owner")?,
         step: row.get("step")?,
         percent: TaskInfo::percent_of(progress, total),
-    };
+    })
+}
+
+fn read_row(row: &Row<'_>) -> rusqlite::Result<TaskRow> {
     Ok(TaskRow {
-        info,
+        info: read_info(row)?,
         checkpoint: parse_json(&row.get::<_, String>("checkpoint")?)?,
         lease: row.get("lease")?,
     })
 }
 
-fn select_row(conn: &Connection, id: &str) -> Result<Option<TaskRow>, StoreError> {
-    let sql = format!("SELECT {COLUMNS} FROM tasks WHERE id = ?1");
-    Ok(conn.query_row(&sql, [id], read_row).optional()?)
+fn select_info(conn: &Connection, id: &str) -> Result<Option<TaskInfo>, StoreError> {
+    let mut stmt =
+        conn.prepare_cached(&format!("SELECT {INFO_COLUMNS} FROM tasks WHERE id = ?1"))?;
+    Ok(stmt.query_row([id], read_info).optional()?)
 }
 
 fn in_list(statuses: &[TaskStatus]) -> String {
@@ -120,8 +125,7 @@ impl Store {
     pub async fn insert_task(&self, task: NewTask) -> Result<TaskInfo, StoreError> {
         self.write(move |conn| {
             insert(conn, &task)?;
-            select_row(conn, &task.id)?
-                .map(|row| row.info)
+            select_info(conn, &task.id)?
                 .ok_or_else(|| StoreError::Corrupt(format!("task {} vanished", task.id)))
         })
         .await
@@ -131,16 +135,16 @@ impl Store {
     /// created by this call. Used for tasks whose id is derived from their arguments.
     pub async fn insert_or_get_task(&self, task: NewTask) -> Result<(TaskInfo, bool), StoreError> {
         self.write(move |conn| {
-            let created = match select_row(conn, &task.id)? {
+            let created = match select_info(conn, &task.id)? {
                 Some(_) => false,
                 None => {
                     insert(conn, &task)?;
                     true
                 }
             };
-            let row = select_row(conn, &task.id)?
+            let info = select_info(conn, &task.id)?
                 .ok_or_else(|| StoreError::Corrupt(format!("task {} vanished", task.id)))?;
-            Ok((row.info, created))
+            Ok((info, created))
         })
         .await
     }
@@ -150,13 +154,12 @@ impl Store {
     pub async fn claim_task(&self, id: &str) -> Result<Option<TaskRow>, StoreError> {
         let id = id.to_owned();
         self.write(move |conn| {
-            let sql = format!(
+            let mut stmt = conn.prepare_cached(&format!(
                 "UPDATE tasks SET status = 'running', lease = lease + 1, updated_at = ?2 \
-                 WHERE id = ?1 AND status IN ('pending', 'running') RETURNING {COLUMNS}"
-            );
-            Ok(conn
-                .query_row(&sql, params![id, now_ms()], read_row)
-                .optional()?)
+                 WHERE id = ?1 AND status IN ('pending', 'running') \
+                 RETURNING {INFO_COLUMNS}, checkpoint, lease"
+            ))?;
+            Ok(stmt.query_row(params![id, now_ms()], read_row).optional()?)
         })
         .await
     }
@@ -165,36 +168,48 @@ impl Store {
     /// task was paused, cancelled or claimed by another worker): then nothing is written.
     pub async fn commit_step(&self, commit: StepCommit) -> Result<Option<TaskInfo>, StoreError> {
         self.write(move |conn| {
-            let now = now_ms();
-            let (status, completed_at) = match commit.result {
-                Some(_) => ("completed", Some(now)),
-                None => ("running", None),
+            // Intermediate steps leave status and completion alone, so the indexes on them are
+            // not rewritten on every step.
+            let mut stmt = match commit.result {
+                None => conn.prepare_cached(&format!(
+                    "UPDATE tasks SET checkpoint = ?3, progress = ?4, message = ?5, step = ?6, \
+                     updated_at = ?7 \
+                     WHERE id = ?1 AND lease = ?2 AND status = 'running' RETURNING {INFO_COLUMNS}"
+                ))?,
+                Some(_) => conn.prepare_cached(&format!(
+                    "UPDATE tasks SET checkpoint = ?3, progress = ?4, message = ?5, step = ?6, \
+                     updated_at = ?7, completed_at = ?7, status = 'completed', result = ?8 \
+                     WHERE id = ?1 AND lease = ?2 AND status = 'running' RETURNING {INFO_COLUMNS}"
+                ))?,
             };
-            let sql = format!(
-                "UPDATE tasks SET checkpoint = ?3, progress = ?4, message = ?5, step = ?6, \
-                 status = ?7, result = ?8, completed_at = ?9, updated_at = ?10 \
-                 WHERE id = ?1 AND lease = ?2 AND status = 'running' RETURNING {COLUMNS}"
+            let checkpoint = commit.checkpoint.to_string();
+            let (id, lease, progress, step, now) = (
+                &commit.id,
+                commit.lease,
+                commit.progress,
+                commit.step,
+                now_ms(),
             );
-            let result = commit.result.as_ref().map(Value::to_string);
-            Ok(conn
-                .query_row(
-                    &sql,
+            let info = match &commit.result {
+                None => stmt.query_row(
+                    params![id, lease, checkpoint, progress, commit.message, step, now],
+                    read_info,
+                ),
+                Some(result) => stmt.query_row(
                     params![
-                        commit.id,
-                        commit.lease,
-                        commit.checkpoint.to_string(),
-                        commit.progress,
+                        id,
+                        lease,
+                        checkpoint,
+                        progress,
                         commit.message,
-                        commit.step,
-                        status,
-                        result,
-                        completed_at,
-                        now
+                        step,
+                        now,
+                        result.to_string()
                     ],
-                    read_row,
-                )
-                .optional()?
-                .map(|row| row.info))
+                    read_info,
+                ),
+            };
+            Ok(info.optional()?)
         })
         .await
     }
@@ -211,12 +226,11 @@ impl Store {
             let now = now_ms();
             let sql = format!(
                 "UPDATE tasks SET status = 'failed', error = ?3, completed_at = ?4, updated_at = ?4 \
-                 WHERE id = ?1 AND lease = ?2 AND status = 'running' RETURNING {COLUMNS}"
+                 WHERE id = ?1 AND lease = ?2 AND status = 'running' RETURNING {INFO_COLUMNS}"
             );
             Ok(conn
-                .query_row(&sql, params![id, lease, error, now], read_row)
-                .optional()?
-                .map(|row| row.info))
+                .query_row(&sql, params![id, lease, error, now], read_info)
+                .optional()?)
         })
         .await
     }
@@ -235,16 +249,16 @@ impl Store {
             let sql = format!(
                 "UPDATE tasks SET status = ?2, updated_at = ?3, \
                  completed_at = COALESCE(?4, completed_at) \
-                 WHERE id = ?1 AND status IN ({}) RETURNING {COLUMNS}",
+                 WHERE id = ?1 AND status IN ({}) RETURNING {INFO_COLUMNS}",
                 in_list(from)
             );
             let applied = conn
-                .query_row(&sql, params![id, to.as_str(), now, completed_at], read_row)
+                .query_row(&sql, params![id, to.as_str(), now, completed_at], read_info)
                 .optional()?;
             Ok(match applied {
-                Some(row) => Transition::Applied(row.info),
-                None => match select_row(conn, &id)? {
-                    Some(row) => Transition::Refused(row.info),
+                Some(info) => Transition::Applied(info),
+                None => match select_info(conn, &id)? {
+                    Some(info) => Transition::Refused(info),
                     None => Transition::NotFound,
                 },
             })
@@ -254,8 +268,7 @@ impl Store {
 
     pub async fn get_task(&self, id: &str) -> Result<Option<TaskInfo>, StoreError> {
         let id = id.to_owned();
-        self.read(move |conn| Ok(select_row(conn, &id)?.map(|row| row.info)))
-            .await
+        self.read(move |conn| select_info(conn, &id)).await
     }
 
     /// Tasks, newest first, optionally only one owner's and only one status.
@@ -267,18 +280,16 @@ impl Store {
     ) -> Result<Vec<TaskInfo>, StoreError> {
         self.read(move |conn| {
             let sql = format!(
-                "SELECT {COLUMNS} FROM tasks \
+                "SELECT {INFO_COLUMNS} FROM tasks \
                  WHERE (?1 IS NULL OR owner = ?1) AND (?2 IS NULL OR status = ?2) \
                  ORDER BY created_at DESC, id LIMIT ?3"
             );
             let mut stmt = conn.prepare(&sql)?;
             let rows = stmt.query_map(
                 params![owner, status.map(TaskStatus::as_str), limit as i64],
-                read_row,
+                read_info,
             )?;
-            Ok(rows
-                .map(|row| row.map(|row| row.info))
-                .collect::<Result<_, _>>()?)
+            Ok(rows.collect::<Result<_, _>>()?)
         })
         .await
     }

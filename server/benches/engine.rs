@@ -1,0 +1,301 @@
+//! Prints the engine's step-commit throughput and the latency of a `start_*` tool call, each
+//! against a baseline measured in the same run (the machine is shared and noisy, so only the
+//! ratios mean much):
+//!
+//! - step commits: the engine running no-op tasks, and its store committing steps directly,
+//!   against a bare rusqlite loop doing one durable UPDATE per transaction with the same pragmas;
+//! - tool calls: `tools/call start_batch_processing` against `ping` on the same MCP session.
+//!
+//! Run with `cargo bench -p durable-mcp`.
+
+use std::time::{Duration, Instant};
+
+use durable_mcp::engine::{Engine, EngineConfig, Env, Plan, Step, StepError, TaskKind};
+use durable_mcp::store::{NewTask, StepCommit, Store};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+const STEPS_PER_TASK: u64 = 200;
+const CONCURRENT_TASKS: u64 = 64;
+const BARE_COMMITS: u64 = 2_000;
+const CALLS: usize = 300;
+
+/// A kind whose steps do nothing but count: what is left is the engine's own cost.
+struct Count;
+
+impl TaskKind for Count {
+    const NAME: &'static str = "count";
+    type Params = u64;
+    type State = u64;
+    type Output = u64;
+
+    fn plan(&self, steps: &u64, _env: &Env) -> Result<Plan<u64>, String> {
+        Ok(Plan {
+            state: 0,
+            total: *steps,
+        })
+    }
+
+    async fn step(&self, steps: &u64, done: &u64, _env: &Env) -> Result<Step<u64, u64>, StepError> {
+        let next = done + 1;
+        let message = format!("{next}/{steps}");
+        if next < *steps {
+            Ok(Step::Continue {
+                state: next,
+                progress: next,
+                message,
+            })
+        } else {
+            Ok(Step::Done {
+                state: next,
+                progress: next,
+                message,
+                output: next,
+            })
+        }
+    }
+}
+
+fn bare_rusqlite(path: &std::path::Path) -> f64 {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+    conn.pragma_update(None, "synchronous", "FULL").unwrap();
+    conn.execute_batch(
+        "CREATE TABLE t (id TEXT PRIMARY KEY, step INTEGER, progress INTEGER, message TEXT, checkpoint TEXT);
+         INSERT INTO t VALUES ('a', 0, 0, '', '{}');",
+    )
+    .unwrap();
+    let started = Instant::now();
+    for step in 1..=BARE_COMMITS {
+        conn.execute(
+            "UPDATE t SET step = ?1, progress = ?1, message = ?2, checkpoint = ?3 WHERE id = 'a'",
+            rusqlite::params![step, format!("{step}"), format!("{{\"done\":{step}}}")],
+        )
+        .unwrap();
+    }
+    BARE_COMMITS as f64 / started.elapsed().as_secs_f64()
+}
+
+async fn store_commits(store: &Store, tasks: u64) -> f64 {
+    let mut ids = Vec::new();
+    for i in 0..tasks {
+        let id = format!("store-{tasks}-{i}");
+        store
+            .insert_task(NewTask {
+                id: id.clone(),
+                kind: "count".into(),
+                owner: "bench".into(),
+                params: json!(STEPS_PER_TASK),
+                total: STEPS_PER_TASK,
+                checkpoint: json!(0),
+            })
+            .await
+            .unwrap();
+        let lease = store.claim_task(&id).await.unwrap().unwrap().lease;
+        ids.push((id, lease));
+    }
+    let started = Instant::now();
+    let workers = ids.into_iter().map(|(id, lease)| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            for step in 1..=STEPS_PER_TASK {
+                let commit = StepCommit {
+                    id: id.clone(),
+                    lease,
+                    step,
+                    checkpoint: json!(step),
+                    progress: step,
+                    message: format!("{step}/{STEPS_PER_TASK}"),
+                    result: None,
+                };
+                store.commit_step(commit).await.unwrap().unwrap();
+            }
+        })
+    });
+    futures::future::join_all(workers).await;
+    (tasks * STEPS_PER_TASK) as f64 / started.elapsed().as_secs_f64()
+}
+
+async fn engine_steps(dir: &std::path::Path) -> f64 {
+    let store = Store::open(&dir.join("engine.db")).unwrap();
+    let engine = Engine::builder()
+        .register(Count)
+        .start(
+            store,
+            EngineConfig {
+                env: Env {
+                    data_dir: dir.to_owned(),
+                    time_scale: 0.0,
+                },
+                max_running: CONCURRENT_TASKS as usize,
+            },
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let mut events = engine.subscribe();
+    let started = Instant::now();
+    for _ in 0..CONCURRENT_TASKS {
+        engine
+            .start("count", "bench", json!(STEPS_PER_TASK))
+            .await
+            .unwrap();
+    }
+    let mut completed = 0;
+    while completed < CONCURRENT_TASKS {
+        match events.recv().await {
+            Ok(event) if event.task.status == durable_shared::TaskStatus::Completed => {
+                completed += 1
+            }
+            Ok(_) => {}
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    (CONCURRENT_TASKS * STEPS_PER_TASK) as f64 / started.elapsed().as_secs_f64()
+}
+
+struct Session {
+    http: reqwest::Client,
+    url: String,
+    session: String,
+}
+
+impl Session {
+    async fn open(url: String) -> Session {
+        let http = reqwest::Client::new();
+        let response = http
+            .post(&url)
+            .header("Accept", "application/json, text/event-stream")
+            .json(
+                &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": "bench", "version": "1"}}}),
+            )
+            .send()
+            .await
+            .unwrap();
+        let session = response.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        response.text().await.unwrap();
+        let session = Session { http, url, session };
+        session
+            .post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+        session
+    }
+
+    async fn post(&self, body: Value) -> String {
+        self.http
+            .post(&self.url)
+            .header("Accept", "application/json, text/event-stream")
+            .header("Mcp-Session-Id", &self.session)
+            .header("MCP-Protocol-Version", "2025-11-25")
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// Latencies of `CALLS` requests built by `body`, sorted.
+    async fn time(&self, body: impl Fn(usize) -> Value) -> Vec<Duration> {
+        let mut latencies = Vec::with_capacity(CALLS);
+        for i in 0..CALLS {
+            let started = Instant::now();
+            let reply = self.post(body(i)).await;
+            latencies.push(started.elapsed());
+            assert!(reply.contains("\"result\""), "unexpected reply {reply}");
+        }
+        latencies.sort();
+        latencies
+    }
+}
+
+fn quantile(sorted: &[Duration], q: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+async fn tool_latency(dir: &std::path::Path) -> (Vec<Duration>, Vec<Duration>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let shutdown = CancellationToken::new();
+    let args = <durable_mcp::config::Cli as clap::Parser>::parse_from([
+        "durable-mcp",
+        "--db",
+        dir.join("http.db").to_str().unwrap(),
+        "--data-dir",
+        dir.join("data").to_str().unwrap(),
+        "--time-scale",
+        "0",
+    ])
+    .serve;
+    let server = tokio::spawn(durable_mcp::http::run(args, listener, shutdown.clone()));
+    let session = Session::open(url).await;
+    // Warm up connections and caches before measuring either side.
+    session
+        .time(|i| json!({"jsonrpc": "2.0", "id": i + 1, "method": "ping"}))
+        .await;
+    let ping = session
+        .time(|i| json!({"jsonrpc": "2.0", "id": i + 1_000, "method": "ping"}))
+        .await;
+    let start = session
+        .time(|i| {
+            json!({"jsonrpc": "2.0", "id": i + 2_000, "method": "tools/call", "params": {
+                "name": "start_batch_processing",
+                "arguments": {"batch_size": 10, "total_items": 10, "processing_delay": 0}}})
+        })
+        .await;
+    shutdown.cancel();
+    let _ = server.await;
+    (ping, start)
+}
+
+fn main() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+
+    let bare = bare_rusqlite(&dir.path().join("bare.db"));
+    let store = Store::open(&dir.path().join("store.db")).unwrap();
+    let (store_one, store_many, engine) = runtime.block_on(async {
+        (
+            store_commits(&store, 1).await,
+            store_commits(&store, CONCURRENT_TASKS).await,
+            engine_steps(dir.path()).await,
+        )
+    });
+    println!("step commits (durable: WAL, synchronous=FULL)");
+    println!(
+        "  bare rusqlite, 1 UPDATE per transaction   {bare:>9.0} commits/s   1.00x (baseline)"
+    );
+    println!(
+        "  store.commit_step, 1 task                 {store_one:>9.0} commits/s   {:.2}x",
+        store_one / bare
+    );
+    println!(
+        "  store.commit_step, {CONCURRENT_TASKS} tasks at once      {store_many:>9.0} commits/s   {:.2}x",
+        store_many / bare
+    );
+    println!(
+        "  engine, {CONCURRENT_TASKS} no-op tasks x {STEPS_PER_TASK} steps      {engine:>9.0} steps/s     {:.2}x",
+        engine / bare
+    );
+
+    let (ping, start) = runtime.block_on(tool_latency(dir.path()));
+    println!("MCP request latency over HTTP, {CALLS} sequential requests on one session");
+    for (name, sorted) in [
+        ("ping (baseline)", &ping),
+        ("start_batch_processing", &start),
+    ] {
+        println!(
+            "  {name:<24} p50 {:>8.2?}  p99 {:>8.2?}  p50 ratio {:.2}x",
+            quantile(sorted, 0.5),
+            quantile(sorted, 0.99),
+            quantile(sorted, 0.5).as_secs_f64() / quantile(&ping, 0.5).as_secs_f64()
+        );
+    }
+}
