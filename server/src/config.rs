@@ -63,9 +63,23 @@ pub struct ServeArgs {
     #[arg(long, env = "DURABLE_MCP_MAX_RUNNING_TASKS", default_value_t = 32)]
     pub max_running_tasks: usize,
 
-    /// An MCP session with no requests for this long is closed; its client must initialize again.
-    #[arg(long, env = "DURABLE_MCP_SESSION_IDLE_TIMEOUT", default_value = "30m", value_parser = humantime::parse_duration)]
-    pub session_idle_timeout: Duration,
+    /// An MCP session with no request and no open stream for this long is deleted with its
+    /// stored events; its client gets 404 and initializes again.
+    #[arg(long, env = "DURABLE_MCP_SESSION_TTL", default_value = "1h", value_parser = humantime::parse_duration)]
+    pub session_ttl: Duration,
+
+    /// Stored SSE events older than this are deleted even while their session lives; resuming
+    /// from before then gets 410.
+    #[arg(long, env = "DURABLE_MCP_EVENT_MAX_AGE", default_value = "24h", value_parser = humantime::parse_duration)]
+    pub event_max_age: Duration,
+
+    /// Reconnect delay suggested to clients in SSE priming events (`retry:`).
+    #[arg(long, env = "DURABLE_MCP_SSE_RETRY", default_value = "3s", value_parser = humantime::parse_duration)]
+    pub sse_retry: Duration,
+
+    /// Interval of keep-alive comments on open SSE streams.
+    #[arg(long, env = "DURABLE_MCP_SSE_KEEP_ALIVE", default_value = "15s", value_parser = humantime::parse_duration)]
+    pub sse_keep_alive: Duration,
 
     /// Browser origins allowed besides loopback ones (comma-separated, e.g.
     /// https://ops.example.com). Requests from any other Origin get 403.

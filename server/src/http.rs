@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use axum::Router;
@@ -11,7 +12,9 @@ use axum::response::Html;
 use axum::routing::get;
 use axum::serve::ListenerExt;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::transport::streamable_http_server::{
+    SessionManager, StreamableHttpServerConfig, StreamableHttpService,
+};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower_http::cors::{AllowOrigin, CorsLayer};
@@ -21,8 +24,10 @@ use tower_http::trace::TraceLayer;
 use crate::config::ServeArgs;
 use crate::engine::{Engine, EngineConfig, Env};
 use crate::kinds;
-use crate::mcp::{CLIENT_ID_HEADER, DurableServer};
+use crate::mcp::{CLIENT_ID_HEADER, DurableServer, relay};
 use crate::store::Store;
+use crate::streams::StreamStore;
+use crate::streams::layer::{self, ResumeState};
 
 /// Browser origins always accepted: pages served from this machine (the dashboard itself, or
 /// `trunk serve` during development).
@@ -57,8 +62,17 @@ pub async fn run(
         .await
         .context("starting the task engine")?;
     engine.spawn_retention(args.retention, args.retention_interval);
+    let streams = StreamStore::new(engine.store().clone(), shutdown.child_token());
+    let sessions = Arc::new(session_manager(&args, &streams));
+    tokio::spawn(sweep_sessions(
+        streams.clone(),
+        sessions.clone(),
+        args.clone(),
+        shutdown.child_token(),
+    ));
+    relay::resume_orphaned_calls(engine.clone(), streams.clone()).await;
 
-    let app = router(&args, engine.clone(), shutdown.clone());
+    let app = router(&args, engine.clone(), streams, sessions, shutdown.clone());
     let server = axum::serve(
         listener.tap_io(|stream| {
             // rmcp writes SSE replies in small pieces; without NODELAY each waits ~40 ms for a
@@ -89,9 +103,50 @@ pub async fn run(
     Ok(())
 }
 
-fn router(args: &ServeArgs, engine: Engine, shutdown: CancellationToken) -> Router {
-    let mut sessions = LocalSessionManager::default();
-    sessions.session_config.keep_alive = Some(args.session_idle_timeout);
+fn session_manager(args: &ServeArgs, streams: &StreamStore) -> LocalSessionManager {
+    let mut sessions = LocalSessionManager::default().with_event_store(Arc::new(streams.clone()));
+    // rmcp closes an idle in-memory session after this; the session store brings it back on
+    // its next request, so this only bounds memory, not the session's life.
+    sessions.session_config.keep_alive = Some(args.session_ttl);
+    sessions.session_config.sse_retry = Some(args.sse_retry);
+    sessions
+}
+
+/// Deletes expired sessions (with their events) from the store and from rmcp's memory, and
+/// prunes old events, until shutdown.
+async fn sweep_sessions(
+    streams: StreamStore,
+    sessions: Arc<LocalSessionManager>,
+    args: ServeArgs,
+    shutdown: CancellationToken,
+) {
+    let every = (args.session_ttl / 10).clamp(Duration::from_millis(100), Duration::from_secs(30));
+    let mut ticks = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        match streams.sweep(args.session_ttl, args.event_max_age).await {
+            Ok(expired) => {
+                for id in expired {
+                    if let Err(e) = sessions.close_session(&id.clone().into()).await {
+                        tracing::debug!(session_id = id, error = %e, "expired session was not open");
+                    }
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "session sweep failed"),
+        }
+    }
+}
+
+fn router(
+    args: &ServeArgs,
+    engine: Engine,
+    streams: StreamStore,
+    sessions: Arc<LocalSessionManager>,
+    shutdown: CancellationToken,
+) -> Router {
     let origins: Vec<String> = LOOPBACK_ORIGINS
         .iter()
         .map(|origin| origin.to_string())
@@ -102,21 +157,41 @@ fn router(args: &ServeArgs, engine: Engine, shutdown: CancellationToken) -> Rout
         .map(|host| host.to_string())
         .chain(args.allowed_hosts.iter().cloned())
         .collect();
-    let config = StreamableHttpServerConfig::default()
+    let mut config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(hosts)
         .with_allowed_origins(origins.clone())
         .enforce_origin_validation()
         .with_max_request_body_bytes(args.max_body_bytes)
+        .with_sse_retry(Some(args.sse_retry))
+        .with_sse_keep_alive(Some(args.sse_keep_alive))
         .with_cancellation_token(shutdown.child_token());
+    config.session_store = Some(Arc::new(streams.clone()));
     let factory_shutdown = shutdown.clone();
+    let factory_streams = streams.clone();
     let mcp = StreamableHttpService::new(
-        move || Ok(DurableServer::new(engine.clone(), factory_shutdown.clone())),
-        Arc::new(sessions),
+        move || {
+            Ok(DurableServer::new(
+                engine.clone(),
+                factory_streams.clone(),
+                factory_shutdown.clone(),
+            ))
+        },
+        sessions,
         config,
     );
+    let resume = ResumeState {
+        streams,
+        sse_retry: args.sse_retry,
+        origin_allowed,
+        origins: Arc::new(origins.clone()),
+    };
 
     Router::new()
-        .nest_service("/mcp", mcp)
+        .route_service("/mcp", mcp)
+        .route_layer(axum::middleware::from_fn_with_state(
+            resume,
+            layer::resumable,
+        ))
         .route("/healthz", get(|| async { "ok" }))
         .fallback_service(dashboard(args))
         .layer(cors(&origins))
@@ -147,6 +222,12 @@ fn cors(origins: &[String]) -> CorsLayer {
             HeaderName::from_static(CLIENT_ID_HEADER),
         ])
         .expose_headers([HeaderName::from_static("mcp-session-id")])
+}
+
+fn origin_allowed(patterns: &[String], origin: &str) -> bool {
+    patterns
+        .iter()
+        .any(|pattern| origin_matches(pattern, origin))
 }
 
 /// `pattern` is an origin, optionally with `:*` for any port.

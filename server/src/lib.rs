@@ -7,6 +7,7 @@ pub mod http;
 pub mod kinds;
 pub mod mcp;
 pub mod store;
+pub mod streams;
 
 /// The README's Rust examples, compiled and run as doctests so they stay true.
 #[doc = include_str!("../../README.md")]

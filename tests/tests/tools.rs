@@ -191,7 +191,7 @@ async fn resumable_processing_streams_progress_and_a_repeat_call_attaches() {
     assert_eq!(processed.records[4].record_id, "sales_000004");
     assert_eq!(
         client.progress_reaching(50.0).await,
-        vec![10.0, 20.0, 30.0, 40.0, 50.0]
+        vec![0.0, 10.0, 20.0, 30.0, 40.0, 50.0]
     );
 
     // The same arguments return the stored result of the same task, processing nothing again.

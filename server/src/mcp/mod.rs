@@ -9,6 +9,7 @@
 #![allow(deprecated)]
 
 mod notify;
+pub mod relay;
 mod resources;
 mod tools;
 
@@ -18,14 +19,16 @@ use std::sync::{Arc, Mutex, OnceLock};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::model::{
     Implementation, ListResourceTemplatesResult, ListResourcesResult, LoggingLevel,
-    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
-    ServerConfig, SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
+    PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscribeRequestParams,
+    UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, tool_handler};
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, EngineError};
+use crate::streams::{PROTOCOL_VERSIONS, StreamStore};
 
 /// HTTP header a client may send to name its persistent identity (see [`client_id`]).
 pub const CLIENT_ID_HEADER: &str = "x-client-id";
@@ -34,6 +37,7 @@ pub const CLIENT_ID_HEADER: &str = "x-client-id";
 #[derive(Clone)]
 pub struct DurableServer {
     engine: Engine,
+    streams: StreamStore,
     session: Arc<SessionState>,
     shutdown: CancellationToken,
     tool_router: ToolRouter<DurableServer>,
@@ -53,9 +57,10 @@ struct SessionState {
 }
 
 impl DurableServer {
-    pub fn new(engine: Engine, shutdown: CancellationToken) -> Self {
+    pub fn new(engine: Engine, streams: StreamStore, shutdown: CancellationToken) -> Self {
         DurableServer {
             engine,
+            streams,
             session: Arc::default(),
             shutdown,
             tool_router: Self::tool_router(),
@@ -121,6 +126,11 @@ impl ServerHandler for DurableServer {
              call, streams progress, and continues from its checkpoint when called again with \
              the same arguments.",
         )
+    }
+
+    /// Only the session-based versions: resuming streams and restoring sessions are per session.
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
+        std::borrow::Cow::Borrowed(&PROTOCOL_VERSIONS)
     }
 
     async fn set_level(

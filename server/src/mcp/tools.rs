@@ -4,7 +4,10 @@
 use durable_shared::kinds::{BATCH_PROCESSING, DATA_MIGRATION, DATA_PROCESSING, ML_TRAINING};
 use durable_shared::{TaskInfo, TaskStatus, status_uri};
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, ContentBlock, ProgressNotificationParam, Resource};
+use rmcp::model::{
+    CallToolResult, ContentBlock, MetaObject, NotificationMetaObject, ProgressNotificationParam,
+    ProgressToken, Resource,
+};
 use rmcp::schemars::{self, JsonSchema};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, tool, tool_router};
@@ -18,6 +21,8 @@ use crate::kinds::batch::BatchParams;
 use crate::kinds::migration::MigrationParams;
 use crate::kinds::processing::ProcessingParams;
 use crate::kinds::training::TrainingParams;
+use crate::store::CallBinding;
+use crate::streams::BINDING_META_KEY;
 
 /// Tasks `list_session_tasks` returns at most, newest first.
 const SESSION_TASK_LIMIT: usize = 200;
@@ -60,7 +65,7 @@ struct SessionTask<'a> {
     updated_at: String,
 }
 
-fn json_result(value: Value) -> CallToolResult {
+pub(crate) fn json_result(value: Value) -> CallToolResult {
     let text = serde_json::to_string_pretty(&value).unwrap_or_else(|_| value.to_string());
     let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
     result.structured_content = Some(value);
@@ -187,48 +192,43 @@ impl DurableServer {
         };
         let task_id = task.task_id.clone();
         let progress_token = ctx.meta.get_progress_token();
-        let mut reported = 0;
+        let binding = match (&progress_token, session_id(&ctx)) {
+            (Some(token), Some(session_id)) => {
+                Some(self.bind_call(&task_id, session_id, &ctx, token).await?)
+            }
+            _ => None,
+        };
+        let meta = binding.as_ref().map(|binding| {
+            let mut meta = serde_json::Map::new();
+            meta.insert(BINDING_META_KEY.into(), Value::String(binding.clone()));
+            NotificationMetaObject(MetaObject(meta))
+        });
+        let mut reported = None;
         let mut current = task;
         loop {
+            // The first notification goes out at once, even at zero: it tells the event store
+            // which stream this call answers on, before any step can be lost to a crash.
             if let Some(token) = &progress_token
-                && current.progress > reported
+                && reported.is_none_or(|reported| current.progress > reported)
             {
-                reported = current.progress;
-                let param = ProgressNotificationParam::new(token.clone(), reported as f64)
-                    .with_total(current.total as f64)
-                    .with_message(current.message.clone());
+                reported = Some(current.progress);
+                let mut param =
+                    ProgressNotificationParam::new(token.clone(), current.progress as f64)
+                        .with_total(current.total as f64)
+                        .with_message(current.message.clone());
+                param.meta = meta.clone();
                 // A client that went away is not a cancellation: the task goes on regardless.
                 let _ = ctx.peer.notify_progress(param).await;
             }
-            match current.status {
-                TaskStatus::Completed => {
-                    let mut result = current.result_data.unwrap_or(Value::Null);
-                    if let Value::Object(fields) = &mut result {
-                        fields.insert("task_id".into(), Value::String(task_id));
-                    }
-                    return Ok(json_result(result));
+            if let Some(outcome) = processing_outcome(&current) {
+                if let Some(binding) = &binding {
+                    self.streams
+                        .store()
+                        .finish_binding(binding)
+                        .await
+                        .map_err(|e| to_mcp(e.into()))?;
                 }
-                TaskStatus::Failed => {
-                    let error = current.error.unwrap_or_default();
-                    let text = format!("task {task_id} failed: {error}");
-                    return Ok(CallToolResult::error(vec![ContentBlock::text(text)]));
-                }
-                TaskStatus::Cancelled => {
-                    let text = format!(
-                        "task {task_id} was cancelled after {}/{} records",
-                        current.progress, current.total
-                    );
-                    return Ok(CallToolResult::error(vec![ContentBlock::text(text)]));
-                }
-                TaskStatus::Paused => {
-                    let text = format!(
-                        "task {task_id} is paused after {}/{} records; call again with the same \
-                         arguments (or resume_task) to continue from its checkpoint",
-                        current.progress, current.total
-                    );
-                    return Ok(CallToolResult::error(vec![ContentBlock::text(text)]));
-                }
-                TaskStatus::Pending | TaskStatus::Running => {}
+                return Ok(outcome);
             }
             current = tokio::select! {
                 _ = ctx.ct.cancelled() => {
@@ -354,6 +354,64 @@ impl DurableServer {
             "protocol_version": peer.as_ref().map(|info| info.protocol_version.to_string()),
             "client_info": peer.as_ref().map(|info| &info.client_info),
         })))
+    }
+}
+
+impl DurableServer {
+    /// Records that this call waits on `task_id`, so that a restarted server can still deliver
+    /// its progress and result into the call's stream.
+    async fn bind_call(
+        &self,
+        task_id: &str,
+        session_id: String,
+        ctx: &RequestContext<RoleServer>,
+        token: &ProgressToken,
+    ) -> Result<String, McpError> {
+        let binding = CallBinding {
+            id: uuid::Uuid::new_v4().to_string(),
+            task_id: task_id.to_owned(),
+            session_id,
+            request_id: serde_json::to_string(&ctx.id).expect("request id serializes"),
+            progress_token: serde_json::to_string(token).expect("progress token serializes"),
+            stream_id: None,
+        };
+        let id = binding.id.clone();
+        self.streams
+            .store()
+            .insert_binding(binding, self.streams.instance())
+            .await
+            .map_err(|e| to_mcp(e.into()))?;
+        Ok(id)
+    }
+}
+
+/// What `resumable_data_processing` answers for a task in this state, or `None` while it is
+/// still to run. Shared with the relay, which answers the same call after a restart.
+pub(crate) fn processing_outcome(task: &TaskInfo) -> Option<CallToolResult> {
+    let task_id = &task.task_id;
+    let error = |text: String| Some(CallToolResult::error(vec![ContentBlock::text(text)]));
+    match task.status {
+        TaskStatus::Completed => {
+            let mut result = task.result_data.clone().unwrap_or(Value::Null);
+            if let Value::Object(fields) = &mut result {
+                fields.insert("task_id".into(), Value::String(task_id.clone()));
+            }
+            Some(json_result(result))
+        }
+        TaskStatus::Failed => error(format!(
+            "task {task_id} failed: {}",
+            task.error.as_deref().unwrap_or_default()
+        )),
+        TaskStatus::Cancelled => error(format!(
+            "task {task_id} was cancelled after {}/{} records",
+            task.progress, task.total
+        )),
+        TaskStatus::Paused => error(format!(
+            "task {task_id} is paused after {}/{} records; call again with the same arguments \
+             (or resume_task) to continue from its checkpoint",
+            task.progress, task.total
+        )),
+        TaskStatus::Pending | TaskStatus::Running => None,
     }
 }
 

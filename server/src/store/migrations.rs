@@ -40,6 +40,50 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX tasks_by_owner ON tasks (owner, created_at);
     CREATE INDEX tasks_by_completion ON tasks (completed_at) WHERE completed_at IS NOT NULL;
     "#,
+    // 2: resumable streams: MCP sessions, SSE streams and their events, and the tool calls a
+    // durable task reports to.
+    r#"
+    CREATE TABLE sessions (
+        id               TEXT PRIMARY KEY,
+        state            TEXT NOT NULL,
+        protocol_version TEXT NOT NULL,
+        created_at       INTEGER NOT NULL,
+        last_seen_at     INTEGER NOT NULL
+    ) STRICT;
+
+    CREATE TABLE streams (
+        token      TEXT PRIMARY KEY,
+        stream_id  TEXT NOT NULL UNIQUE,
+        session_id TEXT,
+        next_seq   INTEGER NOT NULL,
+        finished   INTEGER NOT NULL DEFAULT 0,
+        created_at INTEGER NOT NULL
+    ) STRICT;
+    CREATE INDEX streams_by_session ON streams (session_id);
+
+    CREATE TABLE events (
+        token      TEXT NOT NULL,
+        seq        INTEGER NOT NULL,
+        message    TEXT,
+        retry_ms   INTEGER,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (token, seq)
+    ) STRICT, WITHOUT ROWID;
+    CREATE INDEX events_by_age ON events (created_at);
+
+    CREATE TABLE call_bindings (
+        id             TEXT PRIMARY KEY,
+        task_id        TEXT NOT NULL,
+        session_id     TEXT NOT NULL,
+        request_id     TEXT NOT NULL,
+        progress_token TEXT NOT NULL,
+        instance       TEXT NOT NULL,
+        stream_token   TEXT,
+        done           INTEGER NOT NULL DEFAULT 0,
+        created_at     INTEGER NOT NULL
+    ) STRICT;
+    CREATE INDEX call_bindings_open ON call_bindings (done, instance);
+    "#,
 ];
 
 /// The schema version this binary writes.

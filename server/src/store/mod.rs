@@ -10,6 +10,7 @@
 //! the writer commits. Neither path ever blocks the async runtime.
 
 mod migrations;
+mod streams;
 mod tasks;
 
 use std::path::{Path, PathBuf};
@@ -19,7 +20,12 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
 
+pub use streams::{CallBinding, NewEvent, StoredEvent, StreamInfo};
 pub use tasks::{NewTask, StepCommit, TaskRow, Transition};
+
+pub(crate) fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
 
 /// Most writes one transaction takes before it commits; bounds the latency of the first writer.
 const MAX_BATCH: usize = 256;

@@ -13,7 +13,7 @@ use durable_shared::{CheckpointStats, TaskInfo, TaskStatus};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::Value;
 
-use super::{Store, StoreError};
+use super::{Store, StoreError, now_ms};
 
 /// The columns of a [`TaskInfo`]; the checkpoint is read only when a worker claims the task.
 const INFO_COLUMNS: &str = "id, kind, owner, params, status, progress, total, message, step, \
@@ -58,10 +58,6 @@ pub enum Transition {
     /// The task exists but its status does not allow the change; here is how it stands.
     Refused(TaskInfo),
     NotFound,
-}
-
-fn now_ms() -> i64 {
-    Utc::now().timestamp_millis()
 }
 
 fn time(ms: i64) -> DateTime<Utc> {

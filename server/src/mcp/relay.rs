@@ -1,0 +1,142 @@
+//! Finishes tool calls whose handler died with the previous process.
+//!
+//! `resumable_data_processing` records a binding (task, session, request id, progress token)
+//! when it starts waiting on a task, and its first progress notification tells the event store
+//! which stream the call answers on. If the process dies, the task resumes at the next start
+//! but the handler does not: the relay takes its place, writing the task's further progress and
+//! finally the exact response the handler would have sent into the call's stored stream. A
+//! client that resumes that stream with `Last-Event-ID` receives them like any other events.
+
+use durable_shared::TaskInfo;
+use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
+
+use super::tools::processing_outcome;
+use crate::engine::{Engine, EngineError};
+use crate::store::{CallBinding, NewEvent, StoreError};
+use crate::streams::{BINDING_META_KEY, StreamStore};
+
+/// Starts a relay for every call left unanswered by a previous process.
+pub async fn resume_orphaned_calls(engine: Engine, streams: StreamStore) {
+    let bindings = match streams.store().orphaned_bindings(streams.instance()).await {
+        Ok(bindings) => bindings,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot read interrupted tool calls");
+            return;
+        }
+    };
+    for binding in bindings {
+        let (engine, streams) = (engine.clone(), streams.clone());
+        tokio::spawn(async move {
+            let id = binding.id.clone();
+            if let Err(e) = relay(engine, &streams, binding).await {
+                tracing::error!(binding = id, error = %e, "cannot finish an interrupted tool call");
+            }
+        });
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum RelayError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error("stored binding is invalid: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+async fn relay(
+    engine: Engine,
+    streams: &StreamStore,
+    binding: CallBinding,
+) -> Result<(), RelayError> {
+    let Some(stream_id) = binding.stream_id.clone() else {
+        // The call died before its first progress notification was stored: no client can
+        // have a resumption token for it, and calling again attaches to the task.
+        streams.store().finish_binding(&binding.id).await?;
+        return Ok(());
+    };
+    tracing::info!(
+        binding = binding.id,
+        task_id = binding.task_id,
+        "finishing an interrupted tool call"
+    );
+    let request_id: Value = serde_json::from_str(&binding.request_id)?;
+    let token: Value = serde_json::from_str(&binding.progress_token)?;
+    let mut reported = last_reported(streams, &stream_id).await?;
+    let mut events = engine.subscribe();
+    loop {
+        let task = engine.get(&binding.task_id).await?;
+        if reported.is_none_or(|reported| task.progress > reported) {
+            reported = Some(task.progress);
+            append(
+                streams,
+                &stream_id,
+                progress(&token, &task, &binding.id),
+                false,
+            )
+            .await?;
+        }
+        if let Some(outcome) = processing_outcome(&task) {
+            let response = json!({"jsonrpc": "2.0", "id": request_id, "result": outcome});
+            append(streams, &stream_id, response, true).await?;
+            streams.store().finish_binding(&binding.id).await?;
+            return Ok(());
+        }
+        loop {
+            match events.recv().await {
+                Ok(event) if event.task.task_id == binding.task_id => break,
+                Ok(_) => {}
+                Err(RecvError::Lagged(_)) => break,
+                Err(RecvError::Closed) => return Ok(()),
+            }
+        }
+    }
+}
+
+/// The last progress value stored on the call's stream: what its client may already have seen.
+async fn last_reported(streams: &StreamStore, stream_id: &str) -> Result<Option<u64>, RelayError> {
+    let last = streams
+        .store()
+        .last_event_containing(stream_id, "notifications/progress")
+        .await?;
+    Ok(last
+        .map(|message| serde_json::from_str::<Value>(&message))
+        .transpose()?
+        .and_then(|message| message["params"]["progress"].as_f64())
+        .map(|progress| progress as u64))
+}
+
+fn progress(token: &Value, task: &TaskInfo, binding: &str) -> Value {
+    json!({
+        "jsonrpc": "2.0",
+        "method": "notifications/progress",
+        "params": {
+            "progressToken": token,
+            "progress": task.progress,
+            "total": task.total,
+            "message": task.message,
+            "_meta": {BINDING_META_KEY: binding},
+        },
+    })
+}
+
+async fn append(
+    streams: &StreamStore,
+    stream_id: &str,
+    message: Value,
+    finishes: bool,
+) -> Result<(), RelayError> {
+    streams
+        .append(NewEvent {
+            stream_id: stream_id.to_owned(),
+            session_id: None,
+            message: Some(message.to_string()),
+            retry_ms: None,
+            finishes,
+            binding: None,
+        })
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,72 @@
+//! The SSE event ids this server hands out: `{token}.{seq}`.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// An event id: `token` (32 lowercase hex digits, random per stream) and `seq` (1-based position
+/// of the event in its stream).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventId {
+    pub token: String,
+    pub seq: u64,
+}
+
+/// Why a `Last-Event-ID` could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "Last-Event-ID {0:?} is not an event id of this server (expected <32 hex digits>.<number>)"
+)]
+pub struct MalformedEventId(pub String);
+
+impl FromStr for EventId {
+    type Err = MalformedEventId;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let malformed = || MalformedEventId(text.chars().take(100).collect());
+        let (token, seq) = text.split_once('.').ok_or_else(malformed)?;
+        let valid_token = token.len() == 32
+            && token
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        let seq: u64 = seq.parse().map_err(|_| malformed())?;
+        if !valid_token || seq == 0 {
+            return Err(malformed());
+        }
+        Ok(EventId {
+            token: token.to_owned(),
+            seq,
+        })
+    }
+}
+
+impl fmt::Display for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.token, self.seq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_round_trip_and_garbage_is_refused() {
+        let id: EventId = "0123456789abcdef0123456789abcdef.42".parse().unwrap();
+        assert_eq!(id.seq, 42);
+        assert_eq!(id.to_string(), "0123456789abcdef0123456789abcdef.42");
+        for bad in [
+            "",
+            "0",
+            "42",
+            "0/1",
+            "0123456789abcdef0123456789abcdef",
+            "0123456789abcdef0123456789abcdef.0",
+            "0123456789abcdef0123456789abcdef.-1",
+            "0123456789ABCDEF0123456789abcdef.1",
+            "0123456789abcdef0123456789abcde.1",
+            "zz23456789abcdef0123456789abcdef.1",
+        ] {
+            assert!(bad.parse::<EventId>().is_err(), "{bad:?} parsed");
+        }
+    }
+}

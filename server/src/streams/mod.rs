@@ -1,0 +1,422 @@
+//! Resumable streams: rmcp's `EventStore` and `SessionStore` on SQLite, so that every SSE event
+//! is durable before it is sent, a client that reconnects with `Last-Event-ID` gets exactly what
+//! it missed and then the live events of that stream, and sessions outlive the process.
+//!
+//! rmcp writes every server message through [`StreamStore::store_event`] before it hands it to
+//! the connection, whether or not a connection is listening. A resumed stream therefore never
+//! needs rmcp's in-memory channels: [`StreamStore::replay_events_after`] replays the stored
+//! events after the given id and then tails the stream from the store, woken by each append. A
+//! request's stream ends after its final response; the standalone stream never ends on its own.
+
+mod event_id;
+pub mod layer;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use rmcp::model::{ProtocolVersion, ServerJsonRpcMessage};
+use rmcp::transport::common::server_side_http::ServerSseMessage;
+use rmcp::transport::streamable_http_server::session::{
+    EventId as RmcpEventId, EventStore, EventStoreError, EventStream, SessionState, SessionStore,
+    SessionStoreError,
+};
+use tokio::sync::{Notify, mpsc};
+use tokio_util::sync::CancellationToken;
+
+pub use event_id::EventId;
+
+use crate::store::{NewEvent, Store, StoredEvent};
+
+/// Key in a progress notification's `_meta` naming the call binding it belongs to: how the store
+/// learns which stream a durable tool call answers on.
+pub const BINDING_META_KEY: &str = "durable-mcp/call";
+
+/// The protocol versions served, newest first. All use sessions: resumption is per session.
+pub const PROTOCOL_VERSIONS: [ProtocolVersion; 3] = [
+    ProtocolVersion::V_2025_11_25,
+    ProtocolVersion::V_2025_06_18,
+    ProtocolVersion::V_2025_03_26,
+];
+
+/// Events read from the store per query while replaying.
+const REPLAY_PAGE: usize = 512;
+
+/// The version a client asking for `requested` gets: the same if served, else the newest.
+pub fn negotiated(requested: &str) -> &'static str {
+    PROTOCOL_VERSIONS
+        .iter()
+        .find(|version| version.as_str() == requested)
+        .unwrap_or(&PROTOCOL_VERSIONS[0])
+        .as_str()
+}
+
+/// Whether a session on `version` gets SSE priming events (empty data with an id): only from
+/// 2025-11-25 on; older clients fail on empty data.
+pub fn wants_priming(version: &str) -> bool {
+    version >= ProtocolVersion::V_2025_11_25.as_str()
+}
+
+/// The SQLite-backed event and session store. Cheap to clone.
+#[derive(Clone)]
+pub struct StreamStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    /// Wakes the tails of a stream (by token) after each append.
+    notifiers: Mutex<HashMap<String, Weak<Notify>>>,
+    /// Negotiated protocol version of each session seen by this process.
+    versions: Mutex<HashMap<String, &'static str>>,
+    /// Open SSE responses per session: a session with one is in use, however quiet.
+    open_streams: Mutex<HashMap<String, usize>>,
+    /// Sessions that made a request since the last sweep.
+    seen: Mutex<HashSet<String>>,
+    /// Names this process in call bindings, so a restarted server knows which calls lost their
+    /// handler.
+    instance: String,
+    shutdown: CancellationToken,
+}
+
+impl StreamStore {
+    pub fn new(store: Store, shutdown: CancellationToken) -> Self {
+        StreamStore {
+            inner: Arc::new(Inner {
+                store,
+                notifiers: Mutex::default(),
+                versions: Mutex::default(),
+                open_streams: Mutex::default(),
+                seen: Mutex::default(),
+                instance: uuid::Uuid::new_v4().to_string(),
+                shutdown,
+            }),
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// This process's id in call bindings.
+    pub fn instance(&self) -> &str {
+        &self.inner.instance
+    }
+
+    /// Appends `event` to its stream, wakes the stream's tails and returns the event's id.
+    pub async fn append(&self, event: NewEvent) -> Result<EventId, crate::store::StoreError> {
+        let (token, seq) = self.inner.store.append_event(event).await?;
+        let notify = self
+            .inner
+            .notifiers
+            .lock()
+            .expect("notifiers lock")
+            .get(&token)
+            .and_then(Weak::upgrade);
+        if let Some(notify) = notify {
+            notify.notify_waiters();
+        }
+        Ok(EventId { token, seq })
+    }
+
+    /// The negotiated protocol version of a session, from memory or the store.
+    pub async fn session_version(&self, session_id: &str) -> Option<&'static str> {
+        if let Some(version) = self
+            .inner
+            .versions
+            .lock()
+            .expect("versions lock")
+            .get(session_id)
+        {
+            return Some(version);
+        }
+        let (_, requested) = self.inner.store.load_session(session_id).await.ok()??;
+        let version = negotiated(&requested);
+        self.remember_version(session_id, version);
+        Some(version)
+    }
+
+    fn remember_version(&self, session_id: &str, version: &'static str) {
+        self.inner
+            .versions
+            .lock()
+            .expect("versions lock")
+            .insert(session_id.to_owned(), version);
+    }
+
+    /// Notes that a session made a request; the next sweep refreshes its last-seen time.
+    pub fn saw(&self, session_id: &str) {
+        self.inner
+            .seen
+            .lock()
+            .expect("seen lock")
+            .insert(session_id.to_owned());
+    }
+
+    /// Marks an SSE response of `session_id` open until the guard drops.
+    pub fn open_stream(&self, session_id: &str) -> OpenStream {
+        *self
+            .inner
+            .open_streams
+            .lock()
+            .expect("open streams lock")
+            .entry(session_id.to_owned())
+            .or_default() += 1;
+        OpenStream {
+            streams: self.clone(),
+            session_id: session_id.to_owned(),
+        }
+    }
+
+    /// Refreshes the sessions that were active since the last sweep, then returns those idle for
+    /// longer than `ttl` (deleted from the store; the caller closes them in rmcp) and prunes
+    /// events older than `max_event_age`.
+    pub async fn sweep(
+        &self,
+        ttl: Duration,
+        max_event_age: Duration,
+    ) -> Result<Vec<String>, crate::store::StoreError> {
+        let mut active: Vec<String> = self.inner.seen.lock().expect("seen lock").drain().collect();
+        let open: HashSet<String> = self
+            .inner
+            .open_streams
+            .lock()
+            .expect("open streams lock")
+            .keys()
+            .cloned()
+            .collect();
+        active.extend(open.iter().cloned());
+        let store = &self.inner.store;
+        if !active.is_empty() {
+            store.touch_sessions(active).await?;
+        }
+        let now = crate::store::now_ms();
+        let mut expired = Vec::new();
+        for id in store.idle_sessions(now - ttl.as_millis() as i64).await? {
+            if !open.contains(&id) && store.delete_session(&id).await? {
+                self.inner
+                    .versions
+                    .lock()
+                    .expect("versions lock")
+                    .remove(&id);
+                expired.push(id);
+            }
+        }
+        let pruned = store
+            .prune_events_before(now - max_event_age.as_millis() as i64)
+            .await?;
+        if pruned > 0 || !expired.is_empty() {
+            tracing::info!(
+                sessions = expired.len(),
+                events = pruned,
+                "expired sessions and events"
+            );
+        }
+        Ok(expired)
+    }
+
+    fn notifier(&self, token: &str) -> Arc<Notify> {
+        let mut notifiers = self.inner.notifiers.lock().expect("notifiers lock");
+        if let Some(notify) = notifiers.get(token).and_then(Weak::upgrade) {
+            return notify;
+        }
+        notifiers.retain(|_, weak| weak.strong_count() > 0);
+        let notify = Arc::new(Notify::new());
+        notifiers.insert(token.to_owned(), Arc::downgrade(&notify));
+        notify
+    }
+
+    /// The events of stream `token` after `seq`, then its new ones as they are stored, until
+    /// its final response, the client's disconnect or shutdown.
+    fn tail(&self, token: String, after: u64) -> EventStream {
+        let (tx, rx) = mpsc::channel::<ServerSseMessage>(64);
+        let streams = self.clone();
+        tokio::spawn(async move {
+            let notify = streams.notifier(&token);
+            let mut after = after;
+            loop {
+                // Armed before the query, so an append racing with it is not missed.
+                let notified = notify.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                let events = match streams
+                    .inner
+                    .store
+                    .events_after(&token, after, REPLAY_PAGE)
+                    .await
+                {
+                    Ok(events) => events,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot read stored events; ending the stream");
+                        return;
+                    }
+                };
+                let mut pending: VecDeque<StoredEvent> = events.into();
+                if pending.is_empty() {
+                    // A request's stream that already ended (its response replayed earlier)
+                    // has nothing more to wait for.
+                    match streams.inner.store.stream_info(&token).await {
+                        Ok(Some(info)) if !info.finished => {}
+                        _ => return,
+                    }
+                    tokio::select! {
+                        _ = &mut notified => continue,
+                        _ = tx.closed() => return,
+                        _ = streams.inner.shutdown.cancelled() => return,
+                    }
+                }
+                while let Some(event) = pending.pop_front() {
+                    after = event.seq;
+                    let (message, last) = match decode(&token, &event) {
+                        Ok(decoded) => decoded,
+                        Err(e) => {
+                            tracing::error!(error = %e, "stored event is unreadable; skipping it");
+                            continue;
+                        }
+                    };
+                    if tx.send(message).await.is_err() {
+                        return;
+                    }
+                    if last {
+                        return;
+                    }
+                }
+            }
+        });
+        Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
+    }
+}
+
+/// An SSE event from the store, and whether it ends its stream (a response or error).
+fn decode(token: &str, event: &StoredEvent) -> Result<(ServerSseMessage, bool), serde_json::Error> {
+    let message = event
+        .message
+        .as_deref()
+        .map(serde_json::from_str::<ServerJsonRpcMessage>)
+        .transpose()?;
+    let last = matches!(
+        message,
+        Some(ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_))
+    );
+    let id = EventId {
+        token: token.to_owned(),
+        seq: event.seq,
+    };
+    // `ServerSseMessage` is non-exhaustive: start from a constructor, then set the rest.
+    let mut sse = match message {
+        Some(message) => ServerSseMessage::new(id.to_string(), message),
+        None => ServerSseMessage::priming(id.to_string(), Duration::ZERO),
+    };
+    sse.retry = event.retry_ms.map(Duration::from_millis);
+    Ok((sse, last))
+}
+
+/// Keeps a session counted as having an open stream while alive.
+pub struct OpenStream {
+    streams: StreamStore,
+    session_id: String,
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        let mut open = self
+            .streams
+            .inner
+            .open_streams
+            .lock()
+            .expect("open streams lock");
+        if let Some(count) = open.get_mut(&self.session_id) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.session_id);
+            }
+        }
+    }
+}
+
+fn binding_of(message: &ServerJsonRpcMessage) -> Option<String> {
+    let ServerJsonRpcMessage::Notification(notification) = message else {
+        return None;
+    };
+    let rmcp::model::ServerNotification::ProgressNotification(progress) =
+        &notification.notification
+    else {
+        return None;
+    };
+    progress
+        .params
+        .meta
+        .as_ref()?
+        .0
+        .0
+        .get(BINDING_META_KEY)?
+        .as_str()
+        .map(str::to_owned)
+}
+
+#[async_trait::async_trait]
+impl EventStore for StreamStore {
+    async fn store_event(
+        &self,
+        stream_id: &str,
+        event: &ServerSseMessage,
+    ) -> Result<RmcpEventId, EventStoreError> {
+        let message = event.message.as_deref();
+        let finishes = matches!(
+            message,
+            Some(ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_))
+        );
+        let id = self
+            .append(NewEvent {
+                stream_id: stream_id.to_owned(),
+                session_id: stream_id.strip_suffix(":common").map(str::to_owned),
+                message: message.map(serde_json::to_string).transpose()?,
+                retry_ms: event.retry.map(|retry| retry.as_millis() as u64),
+                finishes,
+                binding: message.and_then(binding_of),
+            })
+            .await?;
+        Ok(id.to_string())
+    }
+
+    async fn replay_events_after(
+        &self,
+        last_event_id: &str,
+    ) -> Result<EventStream, EventStoreError> {
+        // The HTTP layer has already checked the id against the caller's session.
+        let id: EventId = last_event_id.parse()?;
+        Ok(self.tail(id.token, id.seq))
+    }
+}
+
+#[async_trait::async_trait]
+impl SessionStore for StreamStore {
+    async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
+        let Some((state, requested)) = self.inner.store.load_session(session_id).await? else {
+            return Ok(None);
+        };
+        self.remember_version(session_id, negotiated(&requested));
+        tracing::info!(session_id, "restoring session from the store");
+        Ok(Some(serde_json::from_str(&state)?))
+    }
+
+    async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
+        let requested = state.initialize_params.protocol_version.to_string();
+        self.remember_version(session_id, negotiated(&requested));
+        self.inner
+            .store
+            .save_session(session_id, serde_json::to_string(state)?, requested)
+            .await?;
+        Ok(())
+    }
+
+    async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
+        self.inner
+            .versions
+            .lock()
+            .expect("versions lock")
+            .remove(session_id);
+        self.inner.store.delete_session(session_id).await?;
+        Ok(())
+    }
+}
