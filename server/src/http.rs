@@ -105,9 +105,10 @@ pub async fn run(
 
 fn session_manager(args: &ServeArgs, streams: &StreamStore) -> LocalSessionManager {
     let mut sessions = LocalSessionManager::default().with_event_store(Arc::new(streams.clone()));
-    // rmcp closes an idle in-memory session after this; the session store brings it back on
-    // its next request, so this only bounds memory, not the session's life.
-    sessions.session_config.keep_alive = Some(args.session_ttl);
+    // rmcp's own idle timeout counts only requests, so it would close a session (and its open
+    // GET stream) that is merely listening. The expiry sweep, which counts open streams as
+    // activity, closes idle sessions instead.
+    sessions.session_config.keep_alive = None;
     sessions.session_config.sse_retry = Some(args.sse_retry);
     sessions
 }
@@ -120,7 +121,8 @@ async fn sweep_sessions(
     args: ServeArgs,
     shutdown: CancellationToken,
 ) {
-    let every = (args.session_ttl / 10).clamp(Duration::from_millis(100), Duration::from_secs(30));
+    let every = (args.session_ttl.min(args.event_max_age) / 10)
+        .clamp(Duration::from_millis(100), Duration::from_secs(30));
     let mut ticks = tokio::time::interval(every);
     loop {
         tokio::select! {

@@ -4,6 +4,8 @@
 // MCP logging is deprecated by SEP-2577, but it is what 2025-11-25 servers (this one) send.
 #![allow(deprecated)]
 
+pub mod raw;
+
 use std::future::Future;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

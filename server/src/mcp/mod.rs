@@ -90,6 +90,25 @@ impl DurableServer {
     }
 }
 
+impl DurableServer {
+    /// Stores a subscription change so that it survives a restart of the server.
+    async fn persist_subscription(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        uri: &str,
+        subscribed: bool,
+    ) -> Result<(), McpError> {
+        let Some(session_id) = tools::session_id(ctx) else {
+            return Ok(());
+        };
+        self.streams
+            .store()
+            .set_subscription(&session_id, uri, subscribed)
+            .await
+            .map_err(|e| to_mcp(e.into()))
+    }
+}
+
 /// Maps engine errors onto MCP errors: the caller's mistakes become invalid-params errors with
 /// the engine's message, storage failures an internal error that hides the details (they are
 /// logged here, once).
@@ -142,7 +161,29 @@ impl ServerHandler for DurableServer {
         Ok(())
     }
 
+    /// Runs after the handshake, and again when a restarted server restores the session from
+    /// the store: the session's subscriptions come back from the database.
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        let parts = context.extensions.get::<axum::http::request::Parts>();
+        let header = |name: &str| {
+            parts
+                .and_then(|parts| parts.headers.get(name))
+                .and_then(|value| value.to_str().ok())
+                .map(str::to_owned)
+        };
+        if let Some(session_id) = header("mcp-session-id") {
+            let client_id = header(CLIENT_ID_HEADER).unwrap_or_else(|| session_id.clone());
+            *self.session.client_id.lock().expect("client id lock") = Some(client_id);
+            match self.streams.store().subscriptions(&session_id).await {
+                Ok(uris) => self
+                    .session
+                    .subscriptions
+                    .lock()
+                    .expect("subscriptions lock")
+                    .extend(uris),
+                Err(e) => tracing::error!(error = %e, "cannot restore the session's subscriptions"),
+            }
+        }
         self.start_forwarder(context.peer);
     }
 
@@ -184,6 +225,8 @@ impl ServerHandler for DurableServer {
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         resources::check_subscribable(&self.engine, &request.uri).await?;
+        self.persist_subscription(&context, &request.uri, true)
+            .await?;
         self.session
             .subscriptions
             .lock()
@@ -200,8 +243,10 @@ impl ServerHandler for DurableServer {
     async fn unsubscribe(
         &self,
         request: UnsubscribeRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
+        self.persist_subscription(&context, &request.uri, false)
+            .await?;
         self.session
             .subscriptions
             .lock()

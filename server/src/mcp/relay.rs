@@ -114,8 +114,9 @@ fn progress(token: &Value, task: &TaskInfo, binding: &str) -> Value {
         "method": "notifications/progress",
         "params": {
             "progressToken": token,
-            "progress": task.progress,
-            "total": task.total,
+            // As floats, like the notifications rmcp serialises for the live handler.
+            "progress": task.progress as f64,
+            "total": task.total as f64,
             "message": task.message,
             "_meta": {BINDING_META_KEY: binding},
         },

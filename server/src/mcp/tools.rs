@@ -419,7 +419,7 @@ fn task_json(task: &TaskInfo) -> CallToolResult {
     json_result(to_params(task))
 }
 
-fn session_id(ctx: &RequestContext<RoleServer>) -> Option<String> {
+pub(super) fn session_id(ctx: &RequestContext<RoleServer>) -> Option<String> {
     ctx.extensions
         .get::<axum::http::request::Parts>()
         .and_then(|parts| parts.headers.get("mcp-session-id"))

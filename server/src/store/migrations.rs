@@ -83,6 +83,12 @@ const MIGRATIONS: &[&str] = &[
         created_at     INTEGER NOT NULL
     ) STRICT;
     CREATE INDEX call_bindings_open ON call_bindings (done, instance);
+
+    CREATE TABLE subscriptions (
+        session_id TEXT NOT NULL,
+        uri        TEXT NOT NULL,
+        PRIMARY KEY (session_id, uri)
+    ) STRICT, WITHOUT ROWID;
     "#,
 ];
 

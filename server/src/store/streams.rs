@@ -321,6 +321,36 @@ impl Store {
         .await
     }
 
+    /// Adds (`subscribed`) or removes a session's resource subscription.
+    pub async fn set_subscription(
+        &self,
+        session_id: &str,
+        uri: &str,
+        subscribed: bool,
+    ) -> Result<(), StoreError> {
+        let (session_id, uri) = (session_id.to_owned(), uri.to_owned());
+        self.write(move |conn| {
+            let sql = if subscribed {
+                "INSERT OR IGNORE INTO subscriptions (session_id, uri) VALUES (?1, ?2)"
+            } else {
+                "DELETE FROM subscriptions WHERE session_id = ?1 AND uri = ?2"
+            };
+            conn.execute(sql, params![session_id, uri])?;
+            Ok(())
+        })
+        .await
+    }
+
+    pub async fn subscriptions(&self, session_id: &str) -> Result<Vec<String>, StoreError> {
+        let session_id = session_id.to_owned();
+        self.read(move |conn| {
+            let mut stmt = conn.prepare("SELECT uri FROM subscriptions WHERE session_id = ?1")?;
+            let uris = stmt.query_map([session_id], |row| row.get(0))?;
+            Ok(uris.collect::<Result<_, _>>()?)
+        })
+        .await
+    }
+
     /// Records that a binding's call got its final answer.
     pub async fn finish_binding(&self, id: &str) -> Result<(), StoreError> {
         let id = id.to_owned();

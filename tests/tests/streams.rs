@@ -1,0 +1,502 @@
+//! Resumable streams over raw HTTP: event ids, `Last-Event-ID` replay then live, POST streams
+//! resumed after a disconnect and after a SIGKILL, the documented errors, priming and session
+//! expiry.
+
+use std::time::Duration;
+
+use durable_tests::raw::{Event, RawSession, Sse};
+use durable_tests::{IO_TIMEOUT, Server, within};
+use serde_json::{Value, json};
+
+const V_NEW: &str = "2025-11-25";
+const V_OLD: &str = "2025-03-26";
+/// Long enough for the server to have sent anything it was going to: used to observe that a
+/// stream has nothing more (only after the awaited events arrived).
+const IDLE: Duration = Duration::from_millis(700);
+
+fn server(extra: &[&str]) -> (tempfile::TempDir, Server) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = Server::start(dir.path(), extra);
+    (dir, server)
+}
+
+fn seqs(events: &[Event]) -> Vec<u64> {
+    events.iter().map(|event| event.seq().1).collect()
+}
+
+fn assert_contiguous(events: &[Event]) {
+    let tokens: std::collections::BTreeSet<String> =
+        events.iter().map(|event| event.seq().0).collect();
+    assert_eq!(tokens.len(), 1, "one stream: {events:#?}");
+    let seqs = seqs(events);
+    let first = seqs[0];
+    assert_eq!(
+        seqs,
+        (first..first + seqs.len() as u64).collect::<Vec<_>>(),
+        "gap or duplicate"
+    );
+}
+
+async fn wait_completed(session: &RawSession, id: u64) {
+    within(Duration::from_secs(60), "all tasks to complete", async {
+        loop {
+            let stats = session
+                .call(
+                    id,
+                    "tools/call",
+                    json!({"name": "get_server_stats", "arguments": {}}),
+                )
+                .await;
+            let stats = &stats["structuredContent"];
+            if stats["total_tasks"].as_u64() > Some(0)
+                && stats["completed_tasks"] == stats["total_tasks"]
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+}
+
+fn start_batch(total: u64) -> Value {
+    json!({"name": "start_batch_processing", "arguments": {"batch_size": 1, "total_items": total, "processing_delay": 1}})
+}
+
+#[tokio::test]
+async fn the_standalone_stream_resumes_exactly_after_the_last_id_and_then_goes_live() {
+    let (_dir, server) = server(&["--time-scale", "0.01"]);
+    let session = RawSession::open(&server.mcp_url(), V_NEW).await;
+    let mut live = Sse::new(session.get(None).await);
+    let priming = live.next(IO_TIMEOUT).await.expect("priming event");
+    assert!(priming.is_priming() && priming.id.is_some(), "{priming:?}");
+    assert_eq!(priming.retry, Some(3000));
+
+    session
+        .call(1, "resources/subscribe", json!({"uri": "task://list"}))
+        .await;
+    session.call(2, "tools/call", start_batch(30)).await;
+    let mut seen = vec![priming];
+    for _ in 0..5 {
+        seen.push(live.next(IO_TIMEOUT).await.expect("an update"));
+    }
+    drop(live);
+    wait_completed(&session, 3).await;
+
+    let resumed = session
+        .get(Some(seen.last().unwrap().id.as_deref().unwrap()))
+        .await;
+    assert_eq!(resumed.status(), 200);
+    let mut resumed = Sse::new(resumed);
+    while let Some(event) = resumed.next_or_idle(IDLE).await {
+        seen.push(event);
+    }
+    assert!(
+        seen.len() > 30,
+        "every missed update is replayed: {}",
+        seen.len()
+    );
+    // Live after the replay: a new change arrives on the same connection, next in sequence.
+    session.call(4, "tools/call", start_batch(1)).await;
+    seen.push(resumed.next(IO_TIMEOUT).await.expect("a live update"));
+    assert_contiguous(&seen);
+    for event in &seen[1..] {
+        let method = event.json()["method"].clone();
+        assert!(
+            method == "notifications/resources/updated" || method == "notifications/message",
+            "only subscribed updates and milestone logs: {method}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_lost_tool_call_stream_delivers_missed_progress_and_the_result_once() {
+    let (_dir, server) = server(&["--time-scale", "0.05"]);
+    let session = RawSession::open(&server.mcp_url(), V_NEW).await;
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "resumable_data_processing",
+        "arguments": {"dataset_name": "lost", "total_records": 60, "batch_size": 10, "client_id": "raw"},
+        "_meta": {"progressToken": "lost-call"}}});
+    let response = session.post(call).await;
+    let mut stream = Sse::new(response);
+    let mut seen = stream
+        .until(IO_TIMEOUT, |message| {
+            message["params"]["progress"].as_f64() == Some(10.0)
+        })
+        .await;
+    drop(stream);
+    wait_completed(&session, 1).await;
+
+    let resumed = session
+        .get(Some(seen.last().unwrap().id.as_deref().unwrap()))
+        .await;
+    assert_eq!(resumed.status(), 200);
+    let mut resumed = Sse::new(resumed);
+    let missed = resumed
+        .until(IO_TIMEOUT, |message| message.get("id") == Some(&json!(7)))
+        .await;
+    assert!(
+        resumed.next(IO_TIMEOUT).await.is_none(),
+        "the stream ends after its response"
+    );
+    let progress: Vec<f64> = missed[..missed.len() - 1]
+        .iter()
+        .filter_map(|event| event.json()["params"]["progress"].as_f64())
+        .collect();
+    assert_eq!(progress, [20.0, 30.0, 40.0, 50.0, 60.0]);
+    let result = missed.last().unwrap().json();
+    assert_eq!(
+        result["result"]["structuredContent"]["total_processed"],
+        json!(60)
+    );
+    seen.extend(missed);
+    assert!(seen[0].is_priming());
+    assert_contiguous(&seen);
+
+    // Resuming from the final response replays nothing and ends at once.
+    let after_end = session
+        .get(Some(seen.last().unwrap().id.as_deref().unwrap()))
+        .await;
+    let mut after_end = Sse::new(after_end);
+    assert!(after_end.next(IO_TIMEOUT).await.is_none());
+}
+
+async fn refused(response: reqwest::Response, status: u16, says: &str) {
+    assert_eq!(response.status(), status);
+    let body: Value = within(IO_TIMEOUT, "error body", response.json())
+        .await
+        .unwrap();
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains(says), "{message:?} lacks {says:?}");
+}
+
+#[tokio::test]
+async fn bad_last_event_ids_and_sessions_get_the_documented_errors() {
+    let (_dir, server) = server(&["--time-scale", "0.01"]);
+    let alice = RawSession::open(&server.mcp_url(), V_NEW).await;
+    let bob = RawSession::open(&server.mcp_url(), V_NEW).await;
+    let mut bobs = Sse::new(bob.get(None).await);
+    let bobs_priming = bobs.next(IO_TIMEOUT).await.unwrap().id.unwrap();
+    let mut alices = Sse::new(alice.get(None).await);
+    let alices_priming = alices.next(IO_TIMEOUT).await.unwrap().id.unwrap();
+    drop(alices);
+
+    refused(
+        alice.get(Some("garbage")).await,
+        400,
+        "is not an event id of this server",
+    )
+    .await;
+    refused(
+        alice.get(Some("0123456789abcdef0123456789abcdef.1")).await,
+        400,
+        "was never sent on this session's streams",
+    )
+    .await;
+    let (token, _) = alices_priming.split_once('.').unwrap();
+    refused(
+        alice.get(Some(&format!("{token}.99"))).await,
+        400,
+        "was never sent",
+    )
+    .await;
+    refused(
+        alice.get(Some(&bobs_priming)).await,
+        403,
+        "belongs to another session",
+    )
+    .await;
+    assert_eq!(alice.get(Some(&alices_priming)).await.status(), 200);
+
+    let anonymous = alice
+        .http
+        .get(&alice.url)
+        .header("Accept", "text/event-stream")
+        .header("Last-Event-ID", &alices_priming)
+        .send()
+        .await
+        .unwrap();
+    refused(anonymous, 400, "needs the Mcp-Session-Id header").await;
+    let no_session = alice
+        .http
+        .post(&alice.url)
+        .header("Accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(no_session.status(), 400);
+    let unknown = alice
+        .http
+        .post(&alice.url)
+        .header("Accept", "application/json, text/event-stream")
+        .header("Mcp-Session-Id", "no-such-session")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+    let foreign = alice
+        .request(reqwest::Method::GET)
+        .header("Origin", "https://evil.example")
+        .header("Last-Event-ID", &alices_priming)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(foreign.status(), 403);
+
+    let deleted = within(
+        IO_TIMEOUT,
+        "DELETE",
+        alice.request(reqwest::Method::DELETE).send(),
+    )
+    .await
+    .unwrap();
+    assert!(deleted.status().is_success(), "{}", deleted.status());
+    let after = alice
+        .post(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
+        .await;
+    assert_eq!(after.status(), 404);
+    assert_eq!(alice.get(Some(&alices_priming)).await.status(), 404);
+    // Bob's session and stream are untouched.
+    drop(bobs);
+    assert_eq!(bob.get(Some(&bobs_priming)).await.status(), 200);
+}
+
+#[tokio::test]
+async fn expired_events_get_410_and_idle_sessions_expire_to_404() {
+    let (_dir, server) = server(&["--event-max-age", "300ms", "--session-ttl", "1500ms"]);
+    let session = RawSession::open(&server.mcp_url(), V_NEW).await;
+    let mut stream = Sse::new(session.get(None).await);
+    let priming = stream.next(IO_TIMEOUT).await.unwrap().id.unwrap();
+    drop(stream);
+    within(
+        Duration::from_secs(10),
+        "the priming event to expire",
+        async {
+            loop {
+                let response = session.get(Some(&priming)).await;
+                if response.status() == 410 {
+                    refused(response, 410, "have expired").await;
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        },
+    )
+    .await;
+
+    // No request and no open stream for longer than the TTL: the session is gone.
+    within(Duration::from_secs(10), "the session to expire", async {
+        loop {
+            tokio::time::sleep(Duration::from_millis(2_000)).await;
+            let response = session
+                .post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+                .await;
+            if response.status() == 404 {
+                return;
+            }
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_open_stream_keeps_its_session_alive() {
+    let (_dir, server) = server(&["--session-ttl", "1s"]);
+    let session = RawSession::open(&server.mcp_url(), V_NEW).await;
+    let mut stream = Sse::new(session.get(None).await);
+    stream.next(IO_TIMEOUT).await.expect("priming");
+    // Three TTLs with no request, only the open stream.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let stats = session
+        .call(
+            1,
+            "tools/call",
+            json!({"name": "get_server_stats", "arguments": {}}),
+        )
+        .await;
+    assert_eq!(stats["structuredContent"]["total_tasks"], json!(0));
+}
+
+#[tokio::test]
+async fn priming_events_reach_only_2025_11_25_clients() {
+    let (_dir, server) = server(&["--time-scale", "0.01"]);
+    let new = RawSession::open(&server.mcp_url(), V_NEW).await;
+    let response = new
+        .post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .await;
+    let events = Sse::new(response)
+        .until(IO_TIMEOUT, |message| message.get("result").is_some())
+        .await;
+    assert!(events[0].is_priming() && events[0].id.is_some() && events[0].retry == Some(3000));
+
+    let old = RawSession::open(&server.mcp_url(), V_OLD).await;
+    let response = old
+        .post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .await;
+    let events = Sse::new(response)
+        .until(IO_TIMEOUT, |message| message.get("result").is_some())
+        .await;
+    assert!(
+        events.iter().all(|event| !event.is_priming()),
+        "{events:#?}"
+    );
+    let mut stream = Sse::new(old.get(None).await);
+    old.call(2, "resources/subscribe", json!({"uri": "task://list"}))
+        .await;
+    old.call(3, "tools/call", start_batch(1)).await;
+    let first = stream.next(IO_TIMEOUT).await.unwrap();
+    assert!(!first.is_priming(), "{first:?}");
+    assert_eq!(
+        first.json()["method"],
+        json!("notifications/resources/updated")
+    );
+
+    // The initialize answer itself carries priming only for new clients.
+    let raw_init = |version: &'static str| {
+        new.http
+            .post(&new.url)
+            .header("Accept", "application/json, text/event-stream")
+            .json(
+                &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": version, "capabilities": {},
+                "clientInfo": {"name": "raw-test", "version": "1"}}}),
+            )
+            .send()
+    };
+    for (version, primed) in [(V_NEW, true), (V_OLD, false), ("2025-06-18", false)] {
+        let response = within(IO_TIMEOUT, "initialize", raw_init(version))
+            .await
+            .unwrap();
+        let events = Sse::new(response)
+            .until(IO_TIMEOUT, |message| message.get("result").is_some())
+            .await;
+        assert_eq!(events[0].is_priming(), primed, "{version}: {events:#?}");
+        assert_eq!(
+            events.last().unwrap().json()["result"]["protocolVersion"],
+            json!(version)
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_python_sdk_discover_probe_gets_a_quick_answer() {
+    let (_dir, server) = server(&[]);
+    let http = reqwest::Client::new();
+    let response = within(
+        Duration::from_secs(5),
+        "server/discover",
+        http.post(server.mcp_url())
+            .header("Accept", "application/json, text/event-stream")
+            .header("MCP-Protocol-Version", "2026-07-28")
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}}))
+            .send(),
+    )
+    .await
+    .unwrap();
+    let status = response.status();
+    let body = within(Duration::from_secs(5), "discover body", response.text())
+        .await
+        .unwrap();
+    assert!(
+        status.is_client_error() || body.contains("\"error\""),
+        "the probe must fail fast so the client falls back to initialize: {status} {body}"
+    );
+}
+
+/// SIGKILL while a client holds a session, an open standalone stream and an open tool call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_kill_the_session_streams_and_the_interrupted_call_all_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), &["--time-scale", "0.05"]);
+    let session = RawSession::open(&server.mcp_url(), V_NEW).await;
+    let mut standalone = Sse::new(session.get(None).await);
+    let mut common = vec![standalone.next(IO_TIMEOUT).await.unwrap()];
+    session
+        .call(1, "resources/subscribe", json!({"uri": "task://list"}))
+        .await;
+
+    let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+        "name": "resumable_data_processing",
+        "arguments": {"dataset_name": "crash", "total_records": 100, "batch_size": 10, "client_id": "raw"},
+        "_meta": {"progressToken": 99}}});
+    let mut post = Sse::new(session.post(call).await);
+    let mut call_events = post
+        .until(IO_TIMEOUT, |message| {
+            message["params"]["progress"].as_f64() == Some(30.0)
+        })
+        .await;
+    common.push(standalone.next(IO_TIMEOUT).await.unwrap());
+    server.kill9();
+    assert!(
+        post.next(IO_TIMEOUT).await.is_none(),
+        "the call's connection died with the server"
+    );
+    drop((post, standalone));
+    server.restart();
+
+    // (a) The session still works, without initializing again.
+    let stats = session
+        .call(
+            2,
+            "tools/call",
+            json!({"name": "get_server_stats", "arguments": {}}),
+        )
+        .await;
+    assert_eq!(stats["structuredContent"]["total_tasks"], json!(1));
+
+    // (c) The interrupted call's stream resumes with the rest of its progress and its result.
+    let resumed = session
+        .get(Some(call_events.last().unwrap().id.as_deref().unwrap()))
+        .await;
+    assert_eq!(resumed.status(), 200);
+    let mut resumed = Sse::new(resumed);
+    let rest = resumed
+        .until(Duration::from_secs(60), |message| {
+            message.get("id") == Some(&json!(9))
+        })
+        .await;
+    call_events.extend(rest);
+    assert_contiguous(&call_events);
+    let progress: Vec<f64> = call_events
+        .iter()
+        .filter(|event| !event.is_priming())
+        .filter_map(|event| event.json()["params"]["progress"].as_f64())
+        .collect();
+    assert!(
+        progress.windows(2).all(|w| w[0] < w[1]),
+        "strictly increasing: {progress:?}"
+    );
+    assert_eq!(progress.last(), Some(&100.0));
+    let answer = call_events.last().unwrap().json();
+    assert_eq!(
+        answer["result"]["structuredContent"]["total_processed"],
+        json!(100)
+    );
+    assert_eq!(answer["result"]["isError"], json!(false));
+
+    // (b) The standalone stream resumes from the client's last id: everything stored since,
+    // nothing twice, then live.
+    let mut standalone = Sse::new(
+        session
+            .get(Some(common.last().unwrap().id.as_deref().unwrap()))
+            .await,
+    );
+    while let Some(event) = standalone.next_or_idle(IDLE).await {
+        common.push(event);
+    }
+    session.call(3, "tools/call", start_batch(1)).await;
+    common.push(
+        standalone
+            .next(IO_TIMEOUT)
+            .await
+            .expect("a live update after the restart"),
+    );
+    assert_contiguous(&common);
+    assert!(
+        common.len() > 10,
+        "updates from before and after the restart: {}",
+        common.len()
+    );
+}
