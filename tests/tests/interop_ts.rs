@@ -1,0 +1,73 @@
+//! The TypeScript SDK's client (npm `@modelcontextprotocol/sdk`, installed by `scripts/setup`)
+//! resumes a tool call across a SIGKILL of the server: its `StreamableHTTPClientTransport`
+//! reconnects with the last resumption token (`Last-Event-ID`) and receives the rest of the
+//! progress and the result of its original request.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use durable_tests::Server;
+use serde_json::Value;
+
+fn interop_dir() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/interop"))
+}
+
+#[test]
+fn the_typescript_sdk_resumes_an_interrupted_call_across_a_kill() {
+    assert!(
+        interop_dir().join("node_modules/@modelcontextprotocol/sdk").is_dir(),
+        "the TypeScript SDK is not installed; run scripts/setup"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), &["--time-scale", "0.05", "--sse-retry", "300ms"]);
+    let mut node = Command::new("node")
+        .arg(interop_dir().join("resume.mjs"))
+        .args([server.mcp_url().as_str(), "150"])
+        .current_dir(interop_dir())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("running node");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = node.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut lines: Vec<Value> = Vec::new();
+    let mut killed = false;
+    let outcome = loop {
+        let line = match rx.recv_timeout(Duration::from_secs(90)) {
+            Ok(line) => line,
+            Err(_) => {
+                let _ = node.kill();
+                panic!("the TypeScript client went quiet; it printed {lines:#?}");
+            }
+        };
+        let value: Value = serde_json::from_str(&line).unwrap_or_else(|_| panic!("not JSON: {line}"));
+        if !killed && value["progress"].as_f64().is_some_and(|p| p >= 40.0) {
+            server.kill9();
+            server.restart();
+            killed = true;
+        }
+        if value.get("result").is_some() || value.get("error").is_some() {
+            break value;
+        }
+        lines.push(value);
+    };
+    let status = node.wait().unwrap();
+    assert!(killed, "the server was never killed: {lines:#?}");
+    assert!(status.success(), "client failed: {outcome} after {lines:#?}");
+    let result = &outcome["result"]["structuredContent"];
+    assert_eq!(result["total_processed"], 150, "{outcome}");
+    let progress: Vec<f64> = lines.iter().filter_map(|line| line["progress"].as_f64()).collect();
+    assert!(progress.windows(2).all(|w| w[0] < w[1]), "strictly increasing: {progress:?}");
+    assert_eq!(progress.last(), Some(&150.0), "{progress:?}");
+    let tokens = lines.iter().filter(|line| line.get("token").is_some()).count();
+    assert!(tokens > progress.len(), "every event carried a resumption token");
+    assert_eq!(lines[0]["protocol"], "2025-11-25");
+}
