@@ -18,11 +18,16 @@ fn interop_dir() -> &'static Path {
 #[test]
 fn the_typescript_sdk_resumes_an_interrupted_call_across_a_kill() {
     assert!(
-        interop_dir().join("node_modules/@modelcontextprotocol/sdk").is_dir(),
+        interop_dir()
+            .join("node_modules/@modelcontextprotocol/sdk")
+            .is_dir(),
         "the TypeScript SDK is not installed; run scripts/setup"
     );
     let dir = tempfile::tempdir().unwrap();
-    let mut server = Server::start(dir.path(), &["--time-scale", "0.05", "--sse-retry", "300ms"]);
+    let mut server = Server::start(
+        dir.path(),
+        &["--time-scale", "0.05", "--sse-retry", "300ms"],
+    );
     let mut node = Command::new("node")
         .arg(interop_dir().join("resume.mjs"))
         .args([server.mcp_url().as_str(), "150"])
@@ -48,7 +53,8 @@ fn the_typescript_sdk_resumes_an_interrupted_call_across_a_kill() {
                 panic!("the TypeScript client went quiet; it printed {lines:#?}");
             }
         };
-        let value: Value = serde_json::from_str(&line).unwrap_or_else(|_| panic!("not JSON: {line}"));
+        let value: Value =
+            serde_json::from_str(&line).unwrap_or_else(|_| panic!("not JSON: {line}"));
         if !killed && value["progress"].as_f64().is_some_and(|p| p >= 40.0) {
             server.kill9();
             server.restart();
@@ -61,13 +67,28 @@ fn the_typescript_sdk_resumes_an_interrupted_call_across_a_kill() {
     };
     let status = node.wait().unwrap();
     assert!(killed, "the server was never killed: {lines:#?}");
-    assert!(status.success(), "client failed: {outcome} after {lines:#?}");
+    assert!(
+        status.success(),
+        "client failed: {outcome} after {lines:#?}"
+    );
     let result = &outcome["result"]["structuredContent"];
     assert_eq!(result["total_processed"], 150, "{outcome}");
-    let progress: Vec<f64> = lines.iter().filter_map(|line| line["progress"].as_f64()).collect();
-    assert!(progress.windows(2).all(|w| w[0] < w[1]), "strictly increasing: {progress:?}");
+    let progress: Vec<f64> = lines
+        .iter()
+        .filter_map(|line| line["progress"].as_f64())
+        .collect();
+    assert!(
+        progress.windows(2).all(|w| w[0] < w[1]),
+        "strictly increasing: {progress:?}"
+    );
     assert_eq!(progress.last(), Some(&150.0), "{progress:?}");
-    let tokens = lines.iter().filter(|line| line.get("token").is_some()).count();
-    assert!(tokens > progress.len(), "every event carried a resumption token");
+    let tokens = lines
+        .iter()
+        .filter(|line| line.get("token").is_some())
+        .count();
+    assert!(
+        tokens > progress.len(),
+        "every event carried a resumption token"
+    );
     assert_eq!(lines[0]["protocol"], "2025-11-25");
 }
