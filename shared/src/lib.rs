@@ -9,4 +9,7 @@ mod status;
 mod task;
 
 pub use status::{TaskStatus, UnknownStatus};
-pub use task::{CheckpointStats, ServerStats, TaskInfo, TaskList, kinds, list_uri, status_uri};
+pub use task::{
+    CLIENT_ID_HEADER, CheckpointStats, ServerStats, TASK_META_KEY, TaskInfo, TaskList, kinds,
+    list_uri, status_uri,
+};

@@ -18,6 +18,13 @@ pub mod kinds {
     pub const DATA_PROCESSING: &str = "data_processing";
 }
 
+/// Key in the `_meta` of a `notifications/resources/updated` holding the task that changed, as
+/// `task://status/{task_id}` shows it right after the change.
+pub const TASK_META_KEY: &str = "durable-mcp/task";
+
+/// HTTP header naming a client's persistent identity (its tasks outlive its MCP sessions).
+pub const CLIENT_ID_HEADER: &str = "x-client-id";
+
 /// The URI of a task's status resource.
 pub fn status_uri(task_id: &str) -> String {
     format!("task://status/{task_id}")

@@ -4,6 +4,8 @@
 // MCP logging is deprecated by SEP-2577, but it is what 2025-11-25 servers (this one) send.
 #![allow(deprecated)]
 
+pub mod browser;
+pub mod proxy;
 pub mod raw;
 
 use std::future::Future;
@@ -97,7 +99,8 @@ impl Server {
         self.starts += 1;
         let log = std::fs::File::create(self.dir.join(format!("server-{}.log", self.starts)))
             .expect("server log file");
-        let mut child = Command::new(server_binary())
+        let mut command = Command::new(server_binary());
+        command
             .args([
                 "--host",
                 "127.0.0.1",
@@ -107,8 +110,11 @@ impl Server {
             .arg("--db")
             .arg(self.dir.join("tasks.db"))
             .arg("--data-dir")
-            .arg(self.dir.join("data"))
-            .args(["--dashboard-dir", "/nonexistent"])
+            .arg(self.dir.join("data"));
+        if !self.args.iter().any(|arg| arg == "--dashboard-dir") {
+            command.args(["--dashboard-dir", "/nonexistent"]);
+        }
+        let mut child = command
             .args(&self.args)
             .env("RUST_LOG", "info,durable_mcp=debug")
             .stdout(Stdio::piped())

@@ -30,8 +30,7 @@ use tokio_util::sync::CancellationToken;
 use crate::engine::{Engine, EngineError};
 use crate::streams::{PROTOCOL_VERSIONS, StreamStore};
 
-/// HTTP header a client may send to name its persistent identity (see [`client_id`]).
-pub const CLIENT_ID_HEADER: &str = "x-client-id";
+pub use durable_shared::CLIENT_ID_HEADER;
 
 /// Everything one MCP session needs. Cloned per request by rmcp; the clones share state.
 #[derive(Clone)]

@@ -8,9 +8,10 @@
 
 use std::collections::HashMap;
 
-use durable_shared::{TaskStatus, status_uri};
+use durable_shared::{TASK_META_KEY, TaskStatus, status_uri};
 use rmcp::model::{
-    LoggingLevel, LoggingMessageNotificationParam, ResourceUpdatedNotificationParam,
+    LoggingLevel, LoggingMessageNotificationParam, MetaObject, NotificationMetaObject,
+    ResourceUpdatedNotificationParam,
 };
 use rmcp::{Peer, RoleServer};
 use serde_json::json;
@@ -84,9 +85,20 @@ impl DurableServer {
                 .filter(|uri| subscriptions.contains(uri))
                 .collect()
         };
-        for uri in &subscribed {
-            peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(uri.clone()))
-                .await?;
+        if !subscribed.is_empty() {
+            // The task's new state rides along in `_meta`, so a subscriber (the dashboard) can
+            // apply each change as it happened without reading the resource back.
+            let mut meta = serde_json::Map::new();
+            meta.insert(
+                TASK_META_KEY.into(),
+                serde_json::to_value(task).unwrap_or_default(),
+            );
+            let meta = NotificationMetaObject(MetaObject(meta));
+            for uri in &subscribed {
+                let mut param = ResourceUpdatedNotificationParam::new(uri.clone());
+                param.meta = Some(meta.clone());
+                peer.notify_resource_updated(param).await?;
+            }
         }
         let Some(milestone) = &event.milestone else {
             return Ok(());

@@ -1,0 +1,75 @@
+//! The detail panel of the selected task: parameters, timestamps, result or error, the event
+//! timeline with event ids, and the training chart.
+
+use durable_shared::results::TrainingResult;
+use leptos::prelude::*;
+
+use super::chart::{TrainingChart, parse_epoch};
+use super::dashboard;
+
+#[component]
+pub fn Detail() -> impl IntoView {
+    let dash = dashboard();
+    let task = move || {
+        let id = dash.selected.get()?;
+        dash.tasks.with(|tasks| tasks.get(&id).cloned())
+    };
+    move || {
+        task().map(|task| {
+            let id = task.task_id.clone();
+            let timeline = dash.timelines.with(|t| t.get(&id).cloned().unwrap_or_default());
+            let history = task
+                .result_data
+                .clone()
+                .and_then(|r| serde_json::from_value::<TrainingResult>(r).ok())
+                .map(|r| r.history)
+                .unwrap_or_else(|| timeline.iter().filter_map(|e| parse_epoch(&e.message)).collect());
+            let time = |t: Option<chrono::DateTime<chrono::Utc>>| {
+                t.map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string()).unwrap_or_else(|| "—".into())
+            };
+            view! {
+                <aside class="detail" data-test="detail" aria-label="Task detail">
+                    <header>
+                        <h2>{super::table::kind_label(&task.kind).to_owned()}</h2>
+                        <button class="link" on:click=move |_| dash.selected.set(None) aria-label="Close">"✕"</button>
+                    </header>
+                    <dl>
+                        <dt>"Task id"</dt><dd><code>{id.clone()}</code></dd>
+                        <dt>"Status"</dt><dd><span class=format!("badge {}", task.status)>{task.status.as_str()}</span></dd>
+                        <dt>"Owner"</dt><dd>{task.owner.clone()}</dd>
+                        <dt>"Created"</dt><dd>{time(Some(task.created_at))}</dd>
+                        <dt>"Updated"</dt><dd>{time(Some(task.updated_at))}</dd>
+                        <dt>"Finished"</dt><dd>{time(task.completed_at)}</dd>
+                        <dt>"Step"</dt><dd>{task.step}</dd>
+                    </dl>
+                    <h3>"Parameters"</h3>
+                    <pre>{serde_json::to_string_pretty(&task.parameters).unwrap_or_default()}</pre>
+                    {task.error.clone().map(|e| view! { <h3>"Error"</h3><pre class="error">{e}</pre> })}
+                    {(task.kind == "ml_training" && !history.is_empty()).then(|| view! { <TrainingChart history=history /> })}
+                    {task.result_data.clone().map(|r| view! {
+                        <details><summary>"Result"</summary><pre data-test="result">{serde_json::to_string_pretty(&r).unwrap_or_default()}</pre></details>
+                    })}
+                    <h3>"Event timeline"</h3>
+                    <ol class="timeline" data-test="timeline">
+                        {timeline
+                            .into_iter()
+                            .rev()
+                            .map(|e| {
+                                let event_id = e.event_id.clone();
+                                view! {
+                                <li data-event-id=event_id data-progress=e.progress>
+                                    <span class="at">{e.at}</span>
+                                    <span class=format!("badge {}", e.status)>{e.status.as_str()}</span>
+                                    <span>{format!("{}/{}", e.progress, e.total)}</span>
+                                    <span class="msg">{e.message}</span>
+                                    <code class="eid">{e.event_id}</code>
+                                </li>
+                                }
+                            })
+                            .collect_view()}
+                    </ol>
+                </aside>
+            }
+        })
+    }
+}

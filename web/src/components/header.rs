@@ -1,0 +1,33 @@
+//! The top bar: connection state, client id, tasks per status.
+
+use leptos::prelude::*;
+
+use super::dashboard;
+
+#[component]
+pub fn Header(client_id: String) -> impl IntoView {
+    let dash = dashboard();
+    view! {
+        <header class="top">
+            <h1>"durable-mcp"</h1>
+            <span class=move || dash.conn.get().class() data-test="conn" role="status">
+                {move || dash.conn.get().label()}
+            </span>
+            <span class="client" title="This browser's client id" data-test="client-id">{client_id}</span>
+            <ul class="stats" aria-label="Tasks by status">
+                {move || {
+                    dash.counts()
+                        .into_iter()
+                        .map(|(status, count)| {
+                            view! {
+                                <li class=format!("badge {status}") data-test=format!("stat-{status}")>
+                                    {status.as_str()} " " <b>{count}</b>
+                                </li>
+                            }
+                        })
+                        .collect_view()
+                }}
+            </ul>
+        </header>
+    }
+}

@@ -1,0 +1,18 @@
+//! The dashboard's views.
+
+mod chart;
+mod detail;
+mod forms;
+mod header;
+mod table;
+
+pub use detail::Detail;
+pub use forms::StartForms;
+pub use header::Header;
+pub use table::TaskTable;
+
+use crate::state::Dashboard;
+
+pub(crate) fn dashboard() -> Dashboard {
+    leptos::prelude::expect_context::<Dashboard>()
+}

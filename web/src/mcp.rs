@@ -1,0 +1,422 @@
+//! A small MCP client over `fetch`, written for the browser: rmcp's transports spawn tokio
+//! tasks and need `Send`, and `EventSource` cannot send `Mcp-Session-Id` or `Last-Event-ID`, so
+//! this one POSTs JSON-RPC with `fetch` and reads SSE from the response body stream.
+//!
+//! It is resumable: the client id (shared by the tabs of a browser) and, per tab, the session id,
+//! negotiated protocol version and last event id of the standalone stream live in
+//! `localStorage`, so a reload continues the same session and stream where it stopped.
+
+use std::cell::{Cell, RefCell};
+
+use js_sys::{Reflect, Uint8Array};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen_futures::JsFuture;
+use web_sys::{Headers, ReadableStreamDefaultReader, Request, RequestInit, Response};
+
+const PROTOCOL_VERSION: &str = "2025-11-25";
+const CLIENT_ID_KEY: &str = "durable-mcp/client-id";
+const TAB_ID_KEY: &str = "durable-mcp/tab-id";
+
+/// Why a request failed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum McpError {
+    /// The server does not know the session (404): initialize again and re-read state.
+    SessionLost,
+    /// The stream position is no longer usable (400/403/410 on resume): re-read state.
+    StaleEventId(String),
+    /// A JSON-RPC error answer.
+    Rpc(String),
+    /// The network or the server is unreachable.
+    Network(String),
+}
+
+impl std::fmt::Display for McpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            McpError::SessionLost => f.write_str("session expired; reconnecting"),
+            McpError::StaleEventId(why) | McpError::Rpc(why) | McpError::Network(why) => {
+                f.write_str(why)
+            }
+        }
+    }
+}
+
+fn js_error(value: JsValue) -> McpError {
+    McpError::Network(
+        value
+            .as_string()
+            .or_else(|| js_sys::Error::from(value).message().as_string())
+            .unwrap_or_else(|| "network error".into()),
+    )
+}
+
+fn local_storage() -> Option<web_sys::Storage> {
+    web_sys::window()?.local_storage().ok()?
+}
+
+fn random_id() -> String {
+    (0..4)
+        .map(|_| {
+            format!(
+                "{:08x}",
+                (js_sys::Math::random() * f64::from(u32::MAX)) as u32
+            )
+        })
+        .collect()
+}
+
+/// This browser's client id, created once.
+pub fn client_id() -> String {
+    let storage = local_storage();
+    if let Some(id) = storage
+        .as_ref()
+        .and_then(|s| s.get_item(CLIENT_ID_KEY).ok().flatten())
+    {
+        return id;
+    }
+    let id = format!("web-{}", random_id());
+    if let Some(storage) = storage {
+        let _ = storage.set_item(CLIENT_ID_KEY, &id);
+    }
+    id
+}
+
+/// This tab's id: kept in `sessionStorage`, which survives a reload but is not shared with
+/// other tabs, so each tab has its own MCP session and stream.
+fn tab_id() -> String {
+    let storage = web_sys::window().and_then(|w| w.session_storage().ok().flatten());
+    if let Some(id) = storage
+        .as_ref()
+        .and_then(|s| s.get_item(TAB_ID_KEY).ok().flatten())
+    {
+        return id;
+    }
+    let id = random_id();
+    if let Some(storage) = storage {
+        let _ = storage.set_item(TAB_ID_KEY, &id);
+    }
+    id
+}
+
+/// What a tab persists about its session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    pub session_id: String,
+    pub protocol_version: String,
+    pub last_event_id: Option<String>,
+}
+
+/// One SSE event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SseEvent {
+    pub id: Option<String>,
+    pub data: String,
+    pub retry_ms: Option<u32>,
+}
+
+/// Reads SSE events from a `fetch` response body as they arrive.
+pub struct SseReader {
+    reader: ReadableStreamDefaultReader,
+    buffer: Vec<u8>,
+}
+
+impl SseReader {
+    pub fn new(response: &Response) -> Option<SseReader> {
+        let reader = response.body()?.get_reader().dyn_into().ok()?;
+        Some(SseReader {
+            reader,
+            buffer: Vec::new(),
+        })
+    }
+
+    /// The next event, or `None` at the end of the stream.
+    pub async fn next(&mut self) -> Result<Option<SseEvent>, McpError> {
+        loop {
+            if let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
+                let raw: Vec<u8> = self.buffer.drain(..end + 2).collect();
+                if let Some(event) = parse_event(&String::from_utf8_lossy(&raw)) {
+                    return Ok(Some(event));
+                }
+                continue;
+            }
+            let chunk = JsFuture::from(self.reader.read()).await.map_err(js_error)?;
+            if Reflect::get(&chunk, &"done".into())
+                .ok()
+                .and_then(|done| done.as_bool())
+                .unwrap_or(true)
+            {
+                return Ok(None);
+            }
+            let value = Reflect::get(&chunk, &"value".into()).map_err(js_error)?;
+            self.buffer.extend(Uint8Array::new(&value).to_vec());
+        }
+    }
+}
+
+impl Drop for SseReader {
+    fn drop(&mut self) {
+        let _ = self.reader.cancel();
+    }
+}
+
+fn parse_event(raw: &str) -> Option<SseEvent> {
+    let mut event = SseEvent {
+        id: None,
+        data: String::new(),
+        retry_ms: None,
+    };
+    let mut fields = 0;
+    for line in raw.lines().filter(|l| !l.is_empty() && !l.starts_with(':')) {
+        fields += 1;
+        let (name, value) = line.split_once(':').unwrap_or((line, ""));
+        let value = value.strip_prefix(' ').unwrap_or(value);
+        match name {
+            "id" => event.id = Some(value.to_owned()),
+            "data" => event.data.push_str(value),
+            "retry" => event.retry_ms = value.parse().ok(),
+            _ => {}
+        }
+    }
+    (fields > 0).then_some(event)
+}
+
+/// `(token, seq)` of an event id `token.seq`.
+pub fn split_event_id(id: &str) -> Option<(&str, u64)> {
+    let (token, seq) = id.split_once('.')?;
+    Some((token, seq.parse().ok()?))
+}
+
+/// The dashboard's MCP connection.
+pub struct Mcp {
+    endpoint: String,
+    client_id: String,
+    storage_key: String,
+    session: RefCell<Option<SessionInfo>>,
+    next_id: Cell<u64>,
+}
+
+impl Mcp {
+    pub fn new(endpoint: &str) -> Mcp {
+        let storage_key = format!("durable-mcp/tab/{}", tab_id());
+        let session = local_storage()
+            .and_then(|s| s.get_item(&storage_key).ok().flatten())
+            .and_then(|json| serde_json::from_str(&json).ok());
+        Mcp {
+            endpoint: endpoint.to_owned(),
+            client_id: client_id(),
+            storage_key,
+            session: RefCell::new(session),
+            next_id: Cell::new(1),
+        }
+    }
+
+    pub fn client_id(&self) -> &str {
+        &self.client_id
+    }
+
+    pub fn session(&self) -> Option<SessionInfo> {
+        self.session.borrow().clone()
+    }
+
+    fn save(&self) {
+        let Some(storage) = local_storage() else {
+            return;
+        };
+        match &*self.session.borrow() {
+            Some(info) => {
+                let _ = storage.set_item(
+                    &self.storage_key,
+                    &serde_json::to_string(info).unwrap_or_default(),
+                );
+            }
+            None => {
+                let _ = storage.remove_item(&self.storage_key);
+            }
+        }
+    }
+
+    /// Forgets the session (after a 404) so the next call initializes a new one.
+    pub fn forget_session(&self) {
+        *self.session.borrow_mut() = None;
+        self.save();
+    }
+
+    /// Records the last event id of the standalone stream, persisted for the next reload.
+    pub fn set_last_event_id(&self, id: Option<String>) {
+        if let Some(info) = self.session.borrow_mut().as_mut() {
+            info.last_event_id = id;
+        }
+        self.save();
+    }
+
+    async fn send(
+        &self,
+        method: &str,
+        body: Option<&Value>,
+        last_event_id: Option<&str>,
+    ) -> Result<Response, McpError> {
+        let headers = Headers::new().map_err(js_error)?;
+        let set = |name: &str, value: &str| headers.set(name, value).map_err(js_error);
+        set("accept", "application/json, text/event-stream")?;
+        set(durable_shared::CLIENT_ID_HEADER, &self.client_id)?;
+        if let Some(info) = &*self.session.borrow() {
+            set("mcp-session-id", &info.session_id)?;
+            set("mcp-protocol-version", &info.protocol_version)?;
+        }
+        if let Some(id) = last_event_id {
+            set("last-event-id", id)?;
+        }
+        let init = RequestInit::new();
+        init.set_method(method);
+        if let Some(body) = body {
+            set("content-type", "application/json")?;
+            init.set_body(&JsValue::from_str(&body.to_string()));
+        }
+        init.set_headers(&headers);
+        let request = Request::new_with_str_and_init(&self.endpoint, &init).map_err(js_error)?;
+        let window = web_sys::window().ok_or_else(|| McpError::Network("no window".into()))?;
+        let response = JsFuture::from(window.fetch_with_request(&request))
+            .await
+            .map_err(js_error)?;
+        response.dyn_into::<Response>().map_err(js_error)
+    }
+
+    /// The answer to request `id` from a POST response (JSON or SSE).
+    async fn answer(response: Response, id: u64) -> Result<Value, McpError> {
+        let is_sse = response
+            .headers()
+            .get("content-type")
+            .ok()
+            .flatten()
+            .is_some_and(|t| t.starts_with("text/event-stream"));
+        let message: Value = if is_sse {
+            let mut reader = SseReader::new(&response)
+                .ok_or_else(|| McpError::Network("response without a body".into()))?;
+            loop {
+                let event = reader
+                    .next()
+                    .await?
+                    .ok_or_else(|| McpError::Network("the response stream ended early".into()))?;
+                if event.data.is_empty() {
+                    continue;
+                }
+                let message: Value = serde_json::from_str(&event.data)
+                    .map_err(|e| McpError::Rpc(format!("invalid JSON from the server: {e}")))?;
+                if message["id"] == json!(id) {
+                    break message;
+                }
+            }
+        } else {
+            let text = JsFuture::from(response.text().map_err(js_error)?)
+                .await
+                .map_err(js_error)?
+                .as_string()
+                .unwrap_or_default();
+            serde_json::from_str(&text)
+                .map_err(|e| McpError::Rpc(format!("invalid JSON from the server: {e}")))?
+        };
+        if let Some(error) = message.get("error") {
+            return Err(McpError::Rpc(
+                error["message"]
+                    .as_str()
+                    .unwrap_or("request failed")
+                    .to_owned(),
+            ));
+        }
+        Ok(message["result"].clone())
+    }
+
+    /// Starts a new session.
+    pub async fn initialize(&self) -> Result<(), McpError> {
+        self.forget_session();
+        let id = self.next_id.replace(self.next_id.get() + 1);
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
+            "protocolVersion": PROTOCOL_VERSION,
+            "capabilities": {},
+            "clientInfo": {"name": "durable-mcp-dashboard", "version": env!("CARGO_PKG_VERSION")},
+        }});
+        let response = self.send("POST", Some(&request), None).await?;
+        if !response.ok() {
+            return Err(McpError::Network(format!(
+                "initialize failed with HTTP {}",
+                response.status()
+            )));
+        }
+        let session_id = response
+            .headers()
+            .get("mcp-session-id")
+            .ok()
+            .flatten()
+            .ok_or_else(|| McpError::Rpc("the server sent no Mcp-Session-Id".into()))?;
+        let result = Self::answer(response, id).await?;
+        *self.session.borrow_mut() = Some(SessionInfo {
+            session_id,
+            protocol_version: result["protocolVersion"]
+                .as_str()
+                .unwrap_or(PROTOCOL_VERSION)
+                .to_owned(),
+            last_event_id: None,
+        });
+        self.save();
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        self.send("POST", Some(&initialized), None).await?;
+        Ok(())
+    }
+
+    /// Sends a request and returns its result.
+    pub async fn request(&self, method: &str, params: Value) -> Result<Value, McpError> {
+        let id = self.next_id.replace(self.next_id.get() + 1);
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let response = self.send("POST", Some(&body), None).await?;
+        match response.status() {
+            404 => Err(McpError::SessionLost),
+            status if !(200..300).contains(&status) => Err(McpError::Network(format!(
+                "{method} failed with HTTP {status}"
+            ))),
+            _ => Self::answer(response, id).await,
+        }
+    }
+
+    /// Calls a tool; a tool error (`isError`) comes back as `Err(Rpc(text))`.
+    pub async fn call_tool(&self, name: &str, arguments: Value) -> Result<Value, McpError> {
+        let result = self
+            .request("tools/call", json!({"name": name, "arguments": arguments}))
+            .await?;
+        if result["isError"] == json!(true) {
+            let text = result["content"][0]["text"]
+                .as_str()
+                .unwrap_or("tool failed");
+            return Err(McpError::Rpc(text.to_owned()));
+        }
+        Ok(result)
+    }
+
+    /// Opens the standalone stream, resuming after the saved last event id.
+    pub async fn open_stream(&self) -> Result<SseReader, McpError> {
+        let last = self.session().and_then(|info| info.last_event_id);
+        let response = self.send("GET", None, last.as_deref()).await?;
+        match response.status() {
+            200 => {
+                SseReader::new(&response).ok_or_else(|| McpError::Network("no stream body".into()))
+            }
+            404 => Err(McpError::SessionLost),
+            400 | 403 | 410 => {
+                let text = JsFuture::from(response.text().map_err(js_error)?)
+                    .await
+                    .ok()
+                    .and_then(|t| t.as_string())
+                    .unwrap_or_default();
+                let why = serde_json::from_str::<Value>(&text)
+                    .ok()
+                    .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+                    .unwrap_or(text);
+                Err(McpError::StaleEventId(why))
+            }
+            status => Err(McpError::Network(format!(
+                "stream failed with HTTP {status}"
+            ))),
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! The dashboard's state: tasks as the server last described them, the event timeline of each
+//! task (persisted per tab, so a reload continues it), and the connection state.
+
+use std::collections::{BTreeMap, HashMap};
+
+use durable_shared::{TaskInfo, TaskStatus};
+use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
+
+/// Timeline entries kept per task.
+const TIMELINE_LIMIT: usize = 200;
+
+/// The current UTC time of day, formatted like task timestamps.
+fn now_utc() -> String {
+    let now = js_sys::Date::new_0();
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        now.get_utc_hours(),
+        now.get_utc_minutes(),
+        now.get_utc_seconds(),
+        now.get_utc_milliseconds()
+    )
+}
+
+/// How the standalone stream stands.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Conn {
+    Connecting,
+    Connected,
+    /// Reconnecting after a drop; the attempt number.
+    Reconnecting(u32),
+    /// Reconnected, receiving the events missed meanwhile; how many so far.
+    Replaying(u32),
+    /// The browser reports no network.
+    Offline,
+}
+
+impl Conn {
+    pub fn label(self) -> String {
+        match self {
+            Conn::Connecting => "connecting".into(),
+            Conn::Connected => "connected".into(),
+            Conn::Reconnecting(attempt) => format!("reconnecting (attempt {attempt})"),
+            Conn::Replaying(count) => format!("replaying {count} missed events"),
+            Conn::Offline => "offline".into(),
+        }
+    }
+
+    pub fn class(self) -> &'static str {
+        match self {
+            Conn::Connected => "conn ok",
+            Conn::Replaying(_) | Conn::Connecting => "conn busy",
+            Conn::Reconnecting(_) | Conn::Offline => "conn bad",
+        }
+    }
+}
+
+/// One event of a task's timeline, as received on the stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimelineEntry {
+    pub event_id: String,
+    pub at: String,
+    pub status: TaskStatus,
+    pub progress: u64,
+    pub total: u64,
+    pub message: String,
+}
+
+/// All reactive state, cheap to copy into closures.
+#[derive(Clone, Copy)]
+pub struct Dashboard {
+    pub conn: RwSignal<Conn>,
+    pub tasks: RwSignal<BTreeMap<String, TaskInfo>>,
+    pub timelines: RwSignal<HashMap<String, Vec<TimelineEntry>>>,
+    pub selected: RwSignal<Option<String>>,
+    /// A message for the banner (failed action, lost connection...).
+    pub notice: RwSignal<Option<String>>,
+    timeline_key: StoredValue<String>,
+}
+
+impl Dashboard {
+    pub fn new(timeline_key: String) -> Dashboard {
+        let saved = window()
+            .local_storage()
+            .ok()
+            .flatten()
+            .and_then(|s| s.get_item(&timeline_key).ok().flatten())
+            .and_then(|json| serde_json::from_str(&json).ok())
+            .unwrap_or_default();
+        Dashboard {
+            conn: RwSignal::new(Conn::Connecting),
+            tasks: RwSignal::new(BTreeMap::new()),
+            timelines: RwSignal::new(saved),
+            selected: RwSignal::new(None),
+            notice: RwSignal::new(None),
+            timeline_key: StoredValue::new(timeline_key),
+        }
+    }
+
+    /// Takes a task snapshot unless a newer one is already shown.
+    pub fn upsert(&self, task: TaskInfo) {
+        self.tasks.update(|tasks| {
+            let newer = tasks
+                .get(&task.task_id)
+                .is_some_and(|known| (known.updated_at, known.step) > (task.updated_at, task.step));
+            if !newer {
+                tasks.insert(task.task_id.clone(), task);
+            }
+        });
+    }
+
+    /// Applies a change received as event `event_id`: updates the task and appends it to the
+    /// task's timeline once (a replayed event id is recognised and not added twice).
+    pub fn apply_event(&self, event_id: &str, task: TaskInfo) {
+        let entry = TimelineEntry {
+            event_id: event_id.to_owned(),
+            at: task.updated_at.format("%H:%M:%S%.3f").to_string(),
+            status: task.status,
+            progress: task.progress,
+            total: task.total,
+            message: task.message.clone(),
+        };
+        let id = task.task_id.clone();
+        self.upsert(task);
+        self.record(id, entry);
+    }
+
+    /// Adds a milestone (a log line about a task) received as event `event_id` to its timeline.
+    pub fn apply_milestone(&self, event_id: &str, task_id: &str, status: TaskStatus, text: &str) {
+        let (progress, total) = self
+            .tasks
+            .with_untracked(|tasks| tasks.get(task_id).map_or((0, 0), |t| (t.progress, t.total)));
+        let entry = TimelineEntry {
+            event_id: event_id.to_owned(),
+            at: now_utc(),
+            status,
+            progress,
+            total,
+            message: text.to_owned(),
+        };
+        self.record(task_id.to_owned(), entry);
+    }
+
+    fn record(&self, id: String, entry: TimelineEntry) {
+        self.timelines.update(|timelines| {
+            let timeline = timelines.entry(id).or_default();
+            if timeline
+                .iter()
+                .any(|known| known.event_id == entry.event_id)
+            {
+                return;
+            }
+            timeline.push(entry);
+            if timeline.len() > TIMELINE_LIMIT {
+                timeline.remove(0);
+            }
+        });
+        let json = self
+            .timelines
+            .with_untracked(|timelines| serde_json::to_string(timelines).unwrap_or_default());
+        if let Ok(Some(storage)) = window().local_storage() {
+            let _ = storage.set_item(&self.timeline_key.get_value(), &json);
+        }
+    }
+
+    /// Tasks per status.
+    pub fn counts(&self) -> Vec<(TaskStatus, usize)> {
+        self.tasks.with(|tasks| {
+            TaskStatus::ALL
+                .into_iter()
+                .map(|status| {
+                    (
+                        status,
+                        tasks.values().filter(|t| t.status == status).count(),
+                    )
+                })
+                .collect()
+        })
+    }
+}

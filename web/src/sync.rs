@@ -1,0 +1,225 @@
+//! Keeps the dashboard in step with the server: initializes (or reuses) the session, reads the
+//! task list once, subscribes, then follows the standalone stream for good, reconnecting with
+//! backoff (honouring the server's `retry:`) and resuming from the last event id.
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use durable_shared::TaskStatus;
+use durable_shared::{TASK_META_KEY, TaskInfo, TaskList, list_uri, status_uri};
+use leptos::prelude::*;
+use serde_json::{Value, json};
+use wasm_bindgen_futures::JsFuture;
+
+use crate::mcp::{Mcp, McpError, SseReader, split_event_id};
+use crate::state::{Conn, Dashboard};
+
+/// How long without events ends "replaying" after a reconnect.
+const REPLAY_QUIET_MS: i32 = 300;
+
+pub async fn sleep(ms: i32) {
+    let promise = js_sys::Promise::new(&mut |resolve, _| {
+        let _ = window().set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, ms);
+    });
+    let _ = JsFuture::from(promise).await;
+}
+
+fn online() -> bool {
+    window().navigator().on_line()
+}
+
+/// Reads `task://status/{id}` and shows it.
+pub async fn refresh_task(mcp: &Mcp, dash: Dashboard, task_id: &str) -> Result<(), McpError> {
+    let result = mcp
+        .request("resources/read", json!({"uri": status_uri(task_id)}))
+        .await?;
+    let text = result["contents"][0]["text"].as_str().unwrap_or_default();
+    if let Ok(task) = serde_json::from_str::<TaskInfo>(text) {
+        dash.upsert(task);
+    }
+    Ok(())
+}
+
+pub async fn subscribe(mcp: &Mcp, uri: &str) -> Result<(), McpError> {
+    mcp.request("resources/subscribe", json!({"uri": uri}))
+        .await
+        .map(|_| ())
+}
+
+/// Reads every task and subscribes to what can still change.
+async fn resync(mcp: &Mcp, dash: Dashboard) -> Result<(), McpError> {
+    // New tasks always start as pending: this subscription announces each one.
+    subscribe(mcp, &list_uri(Some(TaskStatus::Pending))).await?;
+    let result = mcp
+        .request("resources/read", json!({"uri": list_uri(None)}))
+        .await?;
+    let text = result["contents"][0]["text"].as_str().unwrap_or_default();
+    let list: TaskList = serde_json::from_str(text)
+        .map_err(|e| McpError::Rpc(format!("unreadable task list: {e}")))?;
+    for task in &list.tasks {
+        if !task.status.is_terminal() {
+            subscribe(mcp, &status_uri(&task.task_id)).await?;
+        }
+    }
+    dash.tasks.update(|tasks| {
+        tasks.clear();
+        tasks.extend(list.tasks.into_iter().map(|t| (t.task_id.clone(), t)));
+    });
+    Ok(())
+}
+
+/// Runs for the life of the page.
+pub async fn run(mcp: Rc<Mcp>, dash: Dashboard) {
+    let mut need_resync = true;
+    let mut attempt: u32 = 0;
+    let mut retry_ms: i32 = 1000;
+    loop {
+        if attempt > 0 {
+            dash.conn.set(if online() {
+                Conn::Reconnecting(attempt)
+            } else {
+                Conn::Offline
+            });
+            // Exponential backoff from the server's retry hint, capped at 15 s.
+            let factor = 1i32 << attempt.min(4);
+            sleep((retry_ms * factor / 2).min(15_000)).await;
+        }
+        if mcp.session().is_none() {
+            if let Err(e) = mcp.initialize().await {
+                dash.notice
+                    .set(Some(format!("cannot reach the server: {e}")));
+                attempt += 1;
+                continue;
+            }
+            need_resync = true;
+        }
+        if need_resync {
+            match resync(&mcp, dash).await {
+                Ok(()) => need_resync = false,
+                Err(McpError::SessionLost) => {
+                    mcp.forget_session();
+                    continue;
+                }
+                Err(e) => {
+                    dash.notice.set(Some(format!("cannot read tasks: {e}")));
+                    attempt += 1;
+                    continue;
+                }
+            }
+        }
+        let resuming = mcp.session().and_then(|s| s.last_event_id).is_some();
+        match mcp.open_stream().await {
+            Ok(reader) => {
+                attempt = 0;
+                dash.notice.set(None);
+                dash.conn.set(if resuming {
+                    Conn::Replaying(0)
+                } else {
+                    Conn::Connected
+                });
+                if let Err(e) = follow(&mcp, dash, reader, &mut retry_ms).await {
+                    dash.notice.set(Some(format!("stream interrupted: {e}")));
+                }
+            }
+            Err(McpError::SessionLost) => {
+                mcp.forget_session();
+                continue;
+            }
+            Err(McpError::StaleEventId(why)) => {
+                dash.notice.set(Some(format!("re-reading state: {why}")));
+                mcp.set_last_event_id(None);
+                need_resync = true;
+                continue;
+            }
+            Err(e) => dash
+                .notice
+                .set(Some(format!("cannot open the stream: {e}"))),
+        }
+        attempt += 1;
+    }
+}
+
+/// Applies the events of one stream connection until it ends.
+async fn follow(
+    mcp: &Rc<Mcp>,
+    dash: Dashboard,
+    mut reader: SseReader,
+    retry_ms: &mut i32,
+) -> Result<(), McpError> {
+    let received = Rc::new(Cell::new(0u64));
+    settle_replay(dash, received.clone());
+    while let Some(event) = reader.next().await? {
+        if let Some(ms) = event.retry_ms {
+            *retry_ms = ms.clamp(100, 60_000) as i32;
+        }
+        let Some(id) = event.id.clone() else {
+            continue;
+        };
+        // Never apply an event twice: ids increase within a stream.
+        let last = mcp.session().and_then(|s| s.last_event_id);
+        if let (Some(last), Some((token, seq))) = (
+            last.as_deref().and_then(split_event_id),
+            split_event_id(&id),
+        ) && last.0 == token
+            && seq <= last.1
+        {
+            continue;
+        }
+        mcp.set_last_event_id(Some(id.clone()));
+        received.set(received.get() + 1);
+        if let Conn::Replaying(count) = dash.conn.get_untracked() {
+            dash.conn.set(Conn::Replaying(count + 1));
+            settle_replay(dash, received.clone());
+        }
+        if event.data.is_empty() {
+            continue;
+        }
+        let Ok(message) = serde_json::from_str::<Value>(&event.data) else {
+            continue;
+        };
+        if message["method"] == "notifications/message" {
+            // Milestones of this client's tasks (started, resumed from step N, completed...).
+            let data = &message["params"]["data"];
+            if let (Some(task_id), Some(text), Ok(status)) = (
+                data["task_id"].as_str(),
+                data["message"].as_str(),
+                serde_json::from_value::<TaskStatus>(data["status"].clone()),
+            ) {
+                dash.apply_milestone(&id, task_id, status, text);
+            }
+            continue;
+        }
+        if message["method"] != "notifications/resources/updated" {
+            continue;
+        }
+        let Ok(task) =
+            serde_json::from_value::<TaskInfo>(message["params"]["_meta"][TASK_META_KEY].clone())
+        else {
+            continue;
+        };
+        let is_new = dash
+            .tasks
+            .with_untracked(|tasks| !tasks.contains_key(&task.task_id));
+        if is_new && !task.status.is_terminal() {
+            let (mcp, task_id) = (mcp.clone(), task.task_id.clone());
+            leptos::task::spawn_local(async move {
+                let _ = subscribe(&mcp, &status_uri(&task_id)).await;
+            });
+        }
+        dash.apply_event(&id, task);
+    }
+    Ok(())
+}
+
+/// Switches "replaying" to "connected" once no event came for a moment.
+fn settle_replay(dash: Dashboard, received: Rc<Cell<u64>>) {
+    let seen = received.get();
+    set_timeout(
+        move || {
+            if received.get() == seen && matches!(dash.conn.get_untracked(), Conn::Replaying(_)) {
+                dash.conn.set(Conn::Connected);
+            }
+        },
+        std::time::Duration::from_millis(REPLAY_QUIET_MS as u64),
+    );
+}
