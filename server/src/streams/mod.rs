@@ -253,16 +253,26 @@ impl StreamStore {
                 };
                 let mut pending: VecDeque<StoredEvent> = events.into();
                 if pending.is_empty() {
-                    // A request's stream that already ended (its response replayed earlier)
-                    // has nothing more to wait for.
                     match streams.inner.store.stream_info(&token).await {
-                        Ok(Some(info)) if !info.finished => {}
+                        Ok(Some(info)) if !info.finished => {
+                            tokio::select! {
+                                _ = &mut notified => continue,
+                                _ = tx.closed() => return,
+                                _ = streams.inner.shutdown.cancelled() => return,
+                            }
+                        }
+                        // The stream's response is stored: it may have been committed between
+                        // the two reads above, so read once more; after it nothing follows.
+                        Ok(Some(_)) => match streams
+                            .inner
+                            .store
+                            .events_after(&token, after, REPLAY_PAGE)
+                            .await
+                        {
+                            Ok(events) if !events.is_empty() => pending = events.into(),
+                            _ => return,
+                        },
                         _ => return,
-                    }
-                    tokio::select! {
-                        _ = &mut notified => continue,
-                        _ = tx.closed() => return,
-                        _ = streams.inner.shutdown.cancelled() => return,
                     }
                 }
                 while let Some(event) = pending.pop_front() {
