@@ -13,7 +13,10 @@ use std::time::{Duration, Instant};
 use durable_mcp::engine::{Engine, EngineConfig, Env, Plan, Step, StepError, TaskKind};
 use durable_mcp::store::{NewTask, StepCommit, Store};
 use serde_json::{Value, json};
+use support::{Session, serve};
 use tokio_util::sync::CancellationToken;
+
+mod support;
 
 const STEPS_PER_TASK: u64 = 200;
 const CONCURRENT_TASKS: u64 = 64;
@@ -155,65 +158,17 @@ async fn engine_steps(dir: &std::path::Path) -> f64 {
     (CONCURRENT_TASKS * STEPS_PER_TASK) as f64 / started.elapsed().as_secs_f64()
 }
 
-struct Session {
-    http: reqwest::Client,
-    url: String,
-    session: String,
-}
-
-impl Session {
-    async fn open(url: String) -> Session {
-        let http = reqwest::Client::new();
-        let response = http
-            .post(&url)
-            .header("Accept", "application/json, text/event-stream")
-            .json(
-                &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                "protocolVersion": "2025-11-25", "capabilities": {},
-                "clientInfo": {"name": "bench", "version": "1"}}}),
-            )
-            .send()
-            .await
-            .unwrap();
-        let session = response.headers()["mcp-session-id"]
-            .to_str()
-            .unwrap()
-            .to_owned();
-        response.text().await.unwrap();
-        let session = Session { http, url, session };
-        session
-            .post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-            .await;
-        session
+/// Latencies of `CALLS` requests built by `body`, sorted.
+async fn time(session: &Session, body: impl Fn(usize) -> Value) -> Vec<Duration> {
+    let mut latencies = Vec::with_capacity(CALLS);
+    for i in 0..CALLS {
+        let started = Instant::now();
+        let reply = session.post(body(i)).await;
+        latencies.push(started.elapsed());
+        assert!(reply.contains("\"result\""), "unexpected reply {reply}");
     }
-
-    async fn post(&self, body: Value) -> String {
-        self.http
-            .post(&self.url)
-            .header("Accept", "application/json, text/event-stream")
-            .header("Mcp-Session-Id", &self.session)
-            .header("MCP-Protocol-Version", "2025-11-25")
-            .json(&body)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-    }
-
-    /// Latencies of `CALLS` requests built by `body`, sorted.
-    async fn time(&self, body: impl Fn(usize) -> Value) -> Vec<Duration> {
-        let mut latencies = Vec::with_capacity(CALLS);
-        for i in 0..CALLS {
-            let started = Instant::now();
-            let reply = self.post(body(i)).await;
-            latencies.push(started.elapsed());
-            assert!(reply.contains("\"result\""), "unexpected reply {reply}");
-        }
-        latencies.sort();
-        latencies
-    }
+    latencies.sort();
+    latencies
 }
 
 fn quantile(sorted: &[Duration], q: f64) -> Duration {
@@ -221,37 +176,31 @@ fn quantile(sorted: &[Duration], q: f64) -> Duration {
 }
 
 async fn tool_latency(dir: &std::path::Path) -> (Vec<Duration>, Vec<Duration>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    let shutdown = CancellationToken::new();
-    let args = <durable_mcp::config::Cli as clap::Parser>::parse_from([
-        "durable-mcp",
-        "--db",
-        dir.join("http.db").to_str().unwrap(),
-        "--data-dir",
-        dir.join("data").to_str().unwrap(),
-        "--time-scale",
-        "0",
-    ])
-    .serve;
-    let server = tokio::spawn(durable_mcp::http::run(args, listener, shutdown.clone()));
-    let session = Session::open(url).await;
+    let served = serve(
+        &dir.join("http.db"),
+        &dir.join("data"),
+        &["--time-scale", "0"],
+    )
+    .await;
+    let session = Session::open(served.url.clone()).await;
     // Warm up connections and caches before measuring either side.
-    session
-        .time(|i| json!({"jsonrpc": "2.0", "id": i + 1, "method": "ping"}))
-        .await;
-    let ping = session
-        .time(|i| json!({"jsonrpc": "2.0", "id": i + 1_000, "method": "ping"}))
-        .await;
-    let start = session
-        .time(|i| {
-            json!({"jsonrpc": "2.0", "id": i + 2_000, "method": "tools/call", "params": {
+    time(
+        &session,
+        |i| json!({"jsonrpc": "2.0", "id": i + 1, "method": "ping"}),
+    )
+    .await;
+    let ping = time(
+        &session,
+        |i| json!({"jsonrpc": "2.0", "id": i + 1_000, "method": "ping"}),
+    )
+    .await;
+    let start = time(&session, |i| {
+        json!({"jsonrpc": "2.0", "id": i + 2_000, "method": "tools/call", "params": {
                 "name": "start_batch_processing",
                 "arguments": {"batch_size": 10, "total_items": 10, "processing_delay": 0}}})
-        })
-        .await;
-    shutdown.cancel();
-    let _ = server.await;
+    })
+    .await;
+    served.stop().await;
     (ping, start)
 }
 

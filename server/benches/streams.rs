@@ -10,7 +10,10 @@ use durable_mcp::store::{NewEvent, Store};
 use durable_mcp::streams::StreamStore;
 use futures::StreamExt;
 use serde_json::json;
+use support::{Session, serve};
 use tokio_util::sync::CancellationToken;
+
+mod support;
 
 const APPENDS: u64 = 2_000;
 const STREAMS: u64 = 64;
@@ -93,36 +96,10 @@ fn bare_replay(path: &std::path::Path, token: &str, after: u64) -> f64 {
 /// id a client holds, and times the client's GET with `Last-Event-ID` until the last one
 /// arrives.
 async fn http_replay(dir: &std::path::Path) -> (f64, String, u64) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     let db = dir.join("http.db");
-    let args = <durable_mcp::config::Cli as clap::Parser>::parse_from([
-        "durable-mcp",
-        "--db",
-        db.to_str().unwrap(),
-        "--data-dir",
-        dir.join("data").to_str().unwrap(),
-    ])
-    .serve;
-    let shutdown = CancellationToken::new();
-    let server = tokio::spawn(durable_mcp::http::run(args, listener, shutdown.clone()));
-    let http = reqwest::Client::new();
-    let init = http
-        .post(&url)
-        .header("Accept", "application/json, text/event-stream")
-        .json(
-            &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "bench", "version": "1"}}}),
-        )
-        .send()
-        .await
-        .unwrap();
-    let session = init.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    init.text().await.unwrap();
+    let served = serve(&db, &dir.join("data"), &[]).await;
+    let session = Session::open(served.url.clone()).await;
+    let (http, url, session) = (&session.http, &served.url, session.session.clone());
 
     // A second handle on the same database plays the part of the server's own writes.
     let writer = StreamStore::new(Store::open(&db).unwrap(), CancellationToken::new());
@@ -140,7 +117,7 @@ async fn http_replay(dir: &std::path::Path) -> (f64, String, u64) {
 
     let started = Instant::now();
     let response = http
-        .get(&url)
+        .get(url)
         .header("Accept", "text/event-stream")
         .header("Mcp-Session-Id", &session)
         .header("MCP-Protocol-Version", "2025-11-25")
@@ -163,8 +140,7 @@ async fn http_replay(dir: &std::path::Path) -> (f64, String, u64) {
         }
     }
     let elapsed = started.elapsed().as_secs_f64();
-    shutdown.cancel();
-    let _ = server.await;
+    served.stop().await;
     (elapsed, first.token, first.seq)
 }
 

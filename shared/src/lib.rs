@@ -5,6 +5,7 @@
 //! so that it compiles for `wasm32-unknown-unknown` as well as natively.
 
 pub mod results;
+pub mod sse;
 mod status;
 mod task;
 

@@ -8,45 +8,43 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use serde_json::{Value, json};
 
+use durable_shared::sse::take_event;
+
 use crate::{IO_TIMEOUT, within};
 
-/// One SSE event.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Event {
-    pub id: Option<String>,
-    pub data: String,
-    pub retry: Option<u64>,
+pub use durable_shared::sse::SseEvent as Event;
+
+/// What the tests read from an event.
+pub trait EventExt {
+    /// The event's data as JSON.
+    fn json(&self) -> Value;
+    /// `(token, seq)` of its id.
+    fn seq(&self) -> (String, u64);
 }
 
-impl Event {
-    pub fn json(&self) -> Value {
+impl EventExt for Event {
+    fn json(&self) -> Value {
         serde_json::from_str(&self.data)
             .unwrap_or_else(|e| panic!("event data {:?}: {e}", self.data))
     }
 
-    pub fn is_priming(&self) -> bool {
-        self.data.is_empty()
-    }
-
-    /// `(token, seq)` of an id of this server.
-    pub fn seq(&self) -> (String, u64) {
-        let id = self.id.as_deref().expect("event id");
-        let (token, seq) = id.split_once('.').expect("token.seq");
-        (token.to_owned(), seq.parse().expect("seq"))
+    fn seq(&self) -> (String, u64) {
+        let (token, seq) = self.stream_position().expect("an event id token.seq");
+        (token.to_owned(), seq)
     }
 }
 
 /// Reads SSE events from a response body as they arrive.
 pub struct Sse {
     body: BoxStream<'static, reqwest::Result<bytes::Bytes>>,
-    buffer: String,
+    buffer: Vec<u8>,
 }
 
 impl Sse {
     pub fn new(response: reqwest::Response) -> Sse {
         Sse {
             body: response.bytes_stream().boxed(),
-            buffer: String::new(),
+            buffer: Vec::new(),
         }
     }
 
@@ -54,35 +52,14 @@ impl Sse {
     pub async fn next(&mut self, limit: Duration) -> Option<Event> {
         within(limit, "an SSE event", async {
             loop {
-                if let Some(end) = self.buffer.find("\n\n") {
-                    let raw: String = self.buffer.drain(..end + 2).collect();
-                    let mut event = Event {
-                        id: None,
-                        data: String::new(),
-                        retry: None,
-                    };
-                    let mut fields = 0;
-                    for line in raw
-                        .lines()
-                        .filter(|line| !line.is_empty() && !line.starts_with(':'))
-                    {
-                        fields += 1;
-                        let (name, value) = line.split_once(':').unwrap_or((line, ""));
-                        let value = value.strip_prefix(' ').unwrap_or(value);
-                        match name {
-                            "id" => event.id = Some(value.to_owned()),
-                            "data" => event.data.push_str(value),
-                            "retry" => event.retry = value.parse().ok(),
-                            _ => {}
-                        }
+                if let Some(raw) = take_event(&mut self.buffer) {
+                    match Event::parse(&String::from_utf8_lossy(&raw)) {
+                        Some(event) => return Some(event),
+                        None => continue,
                     }
-                    if fields > 0 {
-                        return Some(event);
-                    }
-                    continue;
                 }
                 match self.body.next().await {
-                    Some(Ok(chunk)) => self.buffer.push_str(&String::from_utf8_lossy(&chunk)),
+                    Some(Ok(chunk)) => self.buffer.extend_from_slice(&chunk),
                     Some(Err(_)) | None => return None,
                 }
             }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use durable_tests::raw::{Event, RawSession, Sse};
+use durable_tests::raw::{Event, EventExt, RawSession, Sse};
 use durable_tests::{IO_TIMEOUT, Server, within};
 use serde_json::{Value, json};
 
@@ -70,7 +70,7 @@ async fn the_standalone_stream_resumes_exactly_after_the_last_id_and_then_goes_l
     let mut live = Sse::new(session.get(None).await);
     let priming = live.next(IO_TIMEOUT).await.expect("priming event");
     assert!(priming.is_priming() && priming.id.is_some(), "{priming:?}");
-    assert_eq!(priming.retry, Some(3000));
+    assert_eq!(priming.retry_ms, Some(3000));
 
     session
         .call(1, "resources/subscribe", json!({"uri": "task://list"}))
@@ -329,7 +329,7 @@ async fn priming_events_reach_only_2025_11_25_clients() {
     let events = Sse::new(response)
         .until(IO_TIMEOUT, |message| message.get("result").is_some())
         .await;
-    assert!(events[0].is_priming() && events[0].id.is_some() && events[0].retry == Some(3000));
+    assert!(events[0].is_priming() && events[0].id.is_some() && events[0].retry_ms == Some(3000));
 
     let old = RawSession::open(&server.mcp_url(), V_OLD).await;
     let response = old

@@ -8,6 +8,7 @@
 
 use std::cell::{Cell, RefCell};
 
+use durable_shared::sse::{SseEvent, take_event};
 use js_sys::{Reflect, Uint8Array};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -108,14 +109,6 @@ pub struct SessionInfo {
     pub last_event_id: Option<String>,
 }
 
-/// One SSE event.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SseEvent {
-    pub id: Option<String>,
-    pub data: String,
-    pub retry_ms: Option<u32>,
-}
-
 /// Reads SSE events from a `fetch` response body as they arrive.
 pub struct SseReader {
     reader: ReadableStreamDefaultReader,
@@ -134,9 +127,8 @@ impl SseReader {
     /// The next event, or `None` at the end of the stream.
     pub async fn next(&mut self) -> Result<Option<SseEvent>, McpError> {
         loop {
-            if let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
-                let raw: Vec<u8> = self.buffer.drain(..end + 2).collect();
-                if let Some(event) = parse_event(&String::from_utf8_lossy(&raw)) {
+            if let Some(raw) = take_event(&mut self.buffer) {
+                if let Some(event) = SseEvent::parse(&String::from_utf8_lossy(&raw)) {
                     return Ok(Some(event));
                 }
                 continue;
@@ -159,33 +151,6 @@ impl Drop for SseReader {
     fn drop(&mut self) {
         let _ = self.reader.cancel();
     }
-}
-
-fn parse_event(raw: &str) -> Option<SseEvent> {
-    let mut event = SseEvent {
-        id: None,
-        data: String::new(),
-        retry_ms: None,
-    };
-    let mut fields = 0;
-    for line in raw.lines().filter(|l| !l.is_empty() && !l.starts_with(':')) {
-        fields += 1;
-        let (name, value) = line.split_once(':').unwrap_or((line, ""));
-        let value = value.strip_prefix(' ').unwrap_or(value);
-        match name {
-            "id" => event.id = Some(value.to_owned()),
-            "data" => event.data.push_str(value),
-            "retry" => event.retry_ms = value.parse().ok(),
-            _ => {}
-        }
-    }
-    (fields > 0).then_some(event)
-}
-
-/// `(token, seq)` of an event id `token.seq`.
-pub fn split_event_id(id: &str) -> Option<(&str, u64)> {
-    let (token, seq) = id.split_once('.')?;
-    Some((token, seq.parse().ok()?))
 }
 
 /// The dashboard's MCP connection.

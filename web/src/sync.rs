@@ -6,12 +6,13 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 use durable_shared::TaskStatus;
+use durable_shared::sse::stream_position;
 use durable_shared::{TASK_META_KEY, TaskInfo, TaskList, list_uri, status_uri};
 use leptos::prelude::*;
 use serde_json::{Value, json};
 use wasm_bindgen_futures::JsFuture;
 
-use crate::mcp::{Mcp, McpError, SseReader, split_event_id};
+use crate::mcp::{Mcp, McpError, SseReader};
 use crate::state::{Conn, Dashboard};
 
 /// How long without events ends "replaying" after a reconnect.
@@ -158,8 +159,8 @@ async fn follow(
         // Never apply an event twice: ids increase within a stream.
         let last = mcp.session().and_then(|s| s.last_event_id);
         if let (Some(last), Some((token, seq))) = (
-            last.as_deref().and_then(split_event_id),
-            split_event_id(&id),
+            last.as_deref().and_then(stream_position),
+            stream_position(&id),
         ) && last.0 == token
             && seq <= last.1
         {
