@@ -90,10 +90,6 @@ impl Store {
         })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Runs `f` inside the next group-committed transaction and returns its value once that
     /// transaction is durable.
     pub async fn write<T, F>(&self, f: F) -> Result<T, StoreError>

@@ -22,7 +22,6 @@ pub struct StoredEvent {
 /// What an event id's stream looks like.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StreamInfo {
-    pub stream_id: String,
     /// `None` until the session that received the stream is known.
     pub session_id: Option<String>,
     /// The seq the next event will get.
@@ -150,14 +149,13 @@ impl Store {
         self.read(move |conn| {
             Ok(conn
                 .prepare_cached(
-                    "SELECT stream_id, session_id, next_seq, finished FROM streams WHERE token = ?1",
+                    "SELECT session_id, next_seq, finished FROM streams WHERE token = ?1",
                 )?
                 .query_row([token], |row| {
                     Ok(StreamInfo {
-                        stream_id: row.get(0)?,
-                        session_id: row.get(1)?,
-                        next_seq: row.get(2)?,
-                        finished: row.get(3)?,
+                        session_id: row.get(0)?,
+                        next_seq: row.get(1)?,
+                        finished: row.get(2)?,
                     })
                 })
                 .optional()?)
