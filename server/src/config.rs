@@ -23,6 +23,99 @@ pub struct Cli {
 pub enum Command {
     /// Serve MCP at /mcp and the dashboard at / (the default).
     Serve(ServeArgs),
+    /// Start, list, inspect and steer tasks on a running server.
+    Task {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(subcommand)]
+        command: TaskCommand,
+    },
+    /// Tasks per status on a running server.
+    Stats {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+/// How the client subcommands reach the server and who they are.
+#[derive(Debug, Clone, Args)]
+pub struct ClientArgs {
+    /// The server's MCP endpoint.
+    #[arg(
+        long,
+        env = "DURABLE_MCP_SERVER",
+        default_value = "http://127.0.0.1:8080/mcp",
+        global = true
+    )]
+    pub server: String,
+
+    /// Print machine-readable JSON instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// Where the client keeps its persistent client id (default: the XDG state directory,
+    /// ~/.local/state/durable-mcp/client.json).
+    #[arg(long, env = "DURABLE_MCP_STATE_FILE", global = true)]
+    pub state_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum TaskCommand {
+    /// Start a background task and print its id and task://status link.
+    Start {
+        #[command(subcommand)]
+        kind: StartKind,
+    },
+    /// List tasks, newest first.
+    List {
+        /// Only tasks with this status (pending, running, paused, completed, failed, cancelled).
+        #[arg(long)]
+        status: Option<String>,
+        /// Only this client's tasks.
+        #[arg(long)]
+        mine: bool,
+    },
+    /// Show one task.
+    Show { task_id: String },
+    /// Pause a task at its next step boundary.
+    Pause { task_id: String },
+    /// Resume a paused task from its checkpoint.
+    Resume { task_id: String },
+    /// Cancel a task for good.
+    Cancel { task_id: String },
+}
+
+/// The background kinds, with the tools' parameters and defaults.
+#[derive(Debug, Clone, Subcommand)]
+pub enum StartKind {
+    /// Copy records from a source (file in the data directory or sample:customers) to JSONL.
+    DataMigration {
+        #[arg(long, default_value = "sample:customers")]
+        source_path: String,
+        #[arg(long, default_value = "out/customers.jsonl")]
+        destination_path: String,
+        #[arg(long, default_value_t = 1000)]
+        record_count: u64,
+    },
+    /// Process items in batches.
+    BatchProcessing {
+        #[arg(long)]
+        batch_size: u64,
+        #[arg(long)]
+        total_items: u64,
+        /// Simulated seconds of work per batch.
+        #[arg(long, default_value_t = 10.0)]
+        processing_delay: f64,
+    },
+    /// Train a logistic-regression model on a synthetic data set.
+    MlTraining {
+        #[arg(long)]
+        model_name: String,
+        #[arg(long, default_value_t = 10_000)]
+        dataset_size: u64,
+        #[arg(long, default_value_t = 100)]
+        epochs: u64,
+    },
 }
 
 /// Settings of the server. Every flag can also be set through the environment variable shown.

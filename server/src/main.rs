@@ -1,6 +1,7 @@
 //! The `durable-mcp` binary: parse the command line, set up logging, bind, serve.
 
 use std::io::IsTerminal;
+use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
@@ -9,12 +10,16 @@ use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
+    // The server logs its lifecycle; client commands only warnings, to keep their output clean.
+    let default_filter = match cli.command {
+        Some(Command::Task { .. } | Command::Stats { .. }) => "warn,rmcp=off",
+        _ => "info,tower_http=warn,rmcp=warn",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
-            EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| EnvFilter::new("info,tower_http=warn,rmcp=warn")),
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter)),
         )
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
@@ -23,6 +28,7 @@ async fn main() -> anyhow::Result<()> {
     let args = match cli.command {
         Some(Command::Serve(args)) => args,
         None => cli.serve,
+        Some(command) => return Ok(durable_mcp::cli::run(command).await),
     };
     let listener = tokio::net::TcpListener::bind((args.host, args.port))
         .await
@@ -33,7 +39,8 @@ async fn main() -> anyhow::Result<()> {
 
     let shutdown = CancellationToken::new();
     tokio::spawn(signal_shutdown(shutdown.clone()));
-    durable_mcp::http::run(args, listener, shutdown).await
+    durable_mcp::http::run(args, listener, shutdown).await?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Fires `shutdown` on Ctrl-C or SIGTERM.

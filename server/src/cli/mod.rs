@@ -1,0 +1,307 @@
+//! The command-line client: `durable-mcp task ...` and `durable-mcp stats`, speaking MCP to a
+//! running server with rmcp's Streamable HTTP client.
+//!
+//! Exit codes: 0 success, 1 the server refused the request (bad input, unknown task, a
+//! transition the task's status does not allow), 3 the server cannot be reached.
+
+mod state;
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+
+use durable_shared::{ServerStats, TaskInfo, TaskList, list_uri, status_uri};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ReadResourceRequestParams, ResourceContents,
+};
+use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+use crate::config::{ClientArgs, Command, StartKind, TaskCommand};
+use state::ClientState;
+
+const REFUSED: u8 = 1;
+const UNREACHABLE: u8 = 3;
+
+/// Why a client command did not succeed.
+enum Failure {
+    /// The server answered with an error for the user to fix.
+    Refused(String),
+    /// The server could not be reached or broke the protocol.
+    Unreachable(String),
+}
+
+type Outcome<T> = Result<T, Failure>;
+
+struct Client {
+    service: RunningService<RoleClient, ()>,
+    args: ClientArgs,
+    client_id: String,
+}
+
+/// Runs a client subcommand and returns the process exit code.
+pub async fn run(command: Command) -> ExitCode {
+    let (args, action): (ClientArgs, Action) = match command {
+        Command::Task { client, command } => (client, Action::Task(command)),
+        Command::Stats { client } => (client, Action::Stats),
+        Command::Serve(_) => unreachable!("serve is not a client command"),
+    };
+    let path = args.state_file.clone().unwrap_or_else(state::default_path);
+    let client_id = ClientState::load_or_create(&path).client_id;
+    let outcome = match Client::connect(args, client_id).await {
+        Ok(client) => {
+            let outcome = client.perform(action).await;
+            let _ = client.service.cancel().await;
+            outcome
+        }
+        Err(failure) => Err(failure),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Refused(message)) => {
+            eprintln!("error: {message}");
+            ExitCode::from(REFUSED)
+        }
+        Err(Failure::Unreachable(message)) => {
+            eprintln!("error: {message}");
+            ExitCode::from(UNREACHABLE)
+        }
+    }
+}
+
+enum Action {
+    Task(TaskCommand),
+    Stats,
+}
+
+impl Client {
+    async fn connect(args: ClientArgs, client_id: String) -> Outcome<Client> {
+        let mut headers = HashMap::new();
+        let value = client_id.parse().map_err(|_| {
+            Failure::Refused(format!(
+                "client id {client_id:?} is not a valid header value"
+            ))
+        })?;
+        headers.insert(
+            http::HeaderName::from_static(durable_shared::CLIENT_ID_HEADER),
+            value,
+        );
+        let config = StreamableHttpClientTransportConfig::with_uri(args.server.clone())
+            .custom_headers(headers);
+        let transport = StreamableHttpClientTransport::from_config(config);
+        let service = ().serve(transport).await.map_err(|e| {
+            Failure::Unreachable(format!(
+                "cannot reach the durable-mcp server at {} ({e}); is it running? Start one with \
+                 scripts/serve or point --server (DURABLE_MCP_SERVER) at it",
+                args.server
+            ))
+        })?;
+        Ok(Client {
+            service,
+            args,
+            client_id,
+        })
+    }
+
+    async fn call(&self, tool: &str, arguments: Value) -> Outcome<Value> {
+        let Value::Object(arguments) = arguments else {
+            unreachable!("tool arguments are objects")
+        };
+        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        let result: CallToolResult = self
+            .service
+            .call_tool(params)
+            .await
+            .map_err(|e| Failure::Unreachable(format!("{tool} failed: {e}")))?;
+        if result.is_error == Some(true) {
+            let text = result
+                .content
+                .iter()
+                .filter_map(|block| block.as_text().map(|t| t.text.clone()))
+                .collect::<Vec<_>>()
+                .join("\n");
+            return Err(Failure::Refused(text));
+        }
+        Ok(result.structured_content.unwrap_or(Value::Null))
+    }
+
+    async fn read(&self, uri: &str) -> Outcome<Value> {
+        let result = self
+            .service
+            .read_resource(ReadResourceRequestParams::new(uri.to_owned()))
+            .await
+            .map_err(|e| match e {
+                rmcp::service::ServiceError::McpError(error) => {
+                    Failure::Refused(error.message.to_string())
+                }
+                other => Failure::Unreachable(format!("reading {uri} failed: {other}")),
+            })?;
+        let text = match result.contents.first() {
+            Some(ResourceContents::TextResourceContents { text, .. }) => text.clone(),
+            _ => return Err(Failure::Unreachable(format!("{uri} has no text content"))),
+        };
+        serde_json::from_str(&text)
+            .map_err(|e| Failure::Unreachable(format!("{uri} is not JSON: {e}")))
+    }
+
+    fn print(&self, json: &Value, text: impl FnOnce() -> String) {
+        if self.args.json {
+            println!("{}", serde_json::to_string_pretty(json).unwrap_or_default());
+        } else {
+            println!("{}", text());
+        }
+    }
+
+    async fn perform(&self, action: Action) -> Outcome<()> {
+        match action {
+            Action::Stats => {
+                let stats = self.call("get_server_stats", json!({})).await?;
+                let parsed: ServerStats = decode(&stats)?;
+                self.print(&stats, || {
+                    format!(
+                        "tasks {}: pending {}, running {}, paused {}, completed {}, failed {}, \
+                         cancelled {} ({} active workers)",
+                        parsed.total_tasks,
+                        parsed.pending_tasks,
+                        parsed.running_tasks,
+                        parsed.paused_tasks,
+                        parsed.completed_tasks,
+                        parsed.failed_tasks,
+                        parsed.cancelled_tasks,
+                        parsed.active_background_tasks
+                    )
+                });
+            }
+            Action::Task(TaskCommand::Start { kind }) => {
+                let (tool, arguments) = start_arguments(kind);
+                let started = self.call(tool, arguments).await?;
+                self.print(&started, || {
+                    format!(
+                        "started {} task {}\n  follow it at {}",
+                        started["kind"].as_str().unwrap_or_default(),
+                        started["task_id"].as_str().unwrap_or_default(),
+                        started["status_uri"].as_str().unwrap_or_default()
+                    )
+                });
+            }
+            Action::Task(TaskCommand::List { status, mine }) => {
+                let status = status
+                    .map(|s| {
+                        s.parse().map_err(|e: durable_shared::UnknownStatus| {
+                            Failure::Refused(e.to_string())
+                        })
+                    })
+                    .transpose()?;
+                let list: TaskList = decode(&self.read(&list_uri(status)).await?)?;
+                let tasks: Vec<&TaskInfo> = list
+                    .tasks
+                    .iter()
+                    .filter(|task| !mine || task.owner == self.client_id)
+                    .collect();
+                self.print(&json!({"tasks": tasks, "total": tasks.len()}), || {
+                    table(&tasks)
+                });
+            }
+            Action::Task(TaskCommand::Show { task_id }) => {
+                let task = self.read(&status_uri(&task_id)).await?;
+                let parsed: TaskInfo = decode(&task)?;
+                self.print(&task, || describe(&parsed));
+            }
+            Action::Task(TaskCommand::Pause { task_id }) => {
+                self.steer("pause_task", &task_id).await?
+            }
+            Action::Task(TaskCommand::Resume { task_id }) => {
+                self.steer("resume_task", &task_id).await?
+            }
+            Action::Task(TaskCommand::Cancel { task_id }) => {
+                self.steer("cancel_task", &task_id).await?
+            }
+        }
+        Ok(())
+    }
+
+    async fn steer(&self, tool: &str, task_id: &str) -> Outcome<()> {
+        let task = self.call(tool, json!({"task_id": task_id})).await?;
+        let parsed: TaskInfo = decode(&task)?;
+        self.print(&task, || {
+            format!("task {} is now {}", parsed.task_id, parsed.status)
+        });
+        Ok(())
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(value: &Value) -> Outcome<T> {
+    serde_json::from_value(value.clone())
+        .map_err(|e| Failure::Unreachable(format!("unexpected answer from the server: {e}")))
+}
+
+fn start_arguments(kind: StartKind) -> (&'static str, Value) {
+    match kind {
+        StartKind::DataMigration {
+            source_path,
+            destination_path,
+            record_count,
+        } => (
+            "start_data_migration",
+            json!({"source_path": source_path, "destination_path": destination_path, "record_count": record_count}),
+        ),
+        StartKind::BatchProcessing {
+            batch_size,
+            total_items,
+            processing_delay,
+        } => (
+            "start_batch_processing",
+            json!({"batch_size": batch_size, "total_items": total_items, "processing_delay": processing_delay}),
+        ),
+        StartKind::MlTraining {
+            model_name,
+            dataset_size,
+            epochs,
+        } => (
+            "start_ml_training",
+            json!({"model_name": model_name, "dataset_size": dataset_size, "epochs": epochs}),
+        ),
+    }
+}
+
+fn table(tasks: &[&TaskInfo]) -> String {
+    if tasks.is_empty() {
+        return "no tasks".into();
+    }
+    let mut out = format!(
+        "{:<36}  {:<16}  {:<9}  {:>6}  {}\n",
+        "TASK", "KIND", "STATUS", "DONE", "MESSAGE"
+    );
+    for task in tasks {
+        out.push_str(&format!(
+            "{:<36}  {:<16}  {:<9}  {:>5.1}%  {}\n",
+            task.task_id, task.kind, task.status, task.percent, task.message
+        ));
+    }
+    out.trim_end().to_owned()
+}
+
+fn describe(task: &TaskInfo) -> String {
+    let mut out = format!(
+        "task     {}\nkind     {}\nstatus   {}\nprogress {}/{} ({:.1}%)\nmessage  {}\nowner    {}\ncreated  {}\nupdated  {}",
+        task.task_id,
+        task.kind,
+        task.status,
+        task.progress,
+        task.total,
+        task.percent,
+        task.message,
+        task.owner,
+        task.created_at.to_rfc3339(),
+        task.updated_at.to_rfc3339()
+    );
+    if let Some(error) = &task.error {
+        out.push_str(&format!("\nerror    {error}"));
+    }
+    if let Some(result) = &task.result_data {
+        out.push_str(&format!("\nresult   {result}"));
+    }
+    out
+}

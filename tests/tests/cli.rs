@@ -1,0 +1,220 @@
+//! The command-line client (`durable-mcp task ...`, `durable-mcp stats`) against the real
+//! server: each kind started and followed to completion, listing, steering, `--json` output and
+//! exit codes.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use durable_tests::{Server, server_binary};
+use serde_json::Value;
+
+/// Runs the client with its state in `state` against `server`.
+fn cli(server: &Server, state: &Path, args: &[&str]) -> Output {
+    Command::new(server_binary())
+        .args(args)
+        .args(["--server", &server.mcp_url(), "--state-file"])
+        .arg(state)
+        .output()
+        .expect("running the client")
+}
+
+fn json(output: &Output) -> Value {
+    assert!(
+        output.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
+
+fn wait_status(server: &Server, state: &Path, task_id: &str, status: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let task = json(&cli(server, state, &["task", "show", task_id, "--json"]));
+        if task["status"] == status {
+            return task;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "task {task_id} never became {status}: {task}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn each_kind_starts_lists_and_completes_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--time-scale", "0.005"]);
+    let state = dir.path().join("client.json");
+    let starts: [&[&str]; 3] = [
+        &[
+            "task",
+            "start",
+            "data-migration",
+            "--record-count",
+            "300",
+            "--json",
+        ],
+        &[
+            "task",
+            "start",
+            "batch-processing",
+            "--batch-size",
+            "5",
+            "--total-items",
+            "20",
+            "--processing-delay",
+            "1",
+            "--json",
+        ],
+        &[
+            "task",
+            "start",
+            "ml-training",
+            "--model-name",
+            "cli",
+            "--dataset-size",
+            "200",
+            "--epochs",
+            "10",
+            "--json",
+        ],
+    ];
+    let mut ids = Vec::new();
+    for args in starts {
+        let started = json(&cli(&server, &state, args));
+        assert_eq!(
+            started["status_uri"],
+            format!("task://status/{}", started["task_id"].as_str().unwrap())
+        );
+        ids.push(started["task_id"].as_str().unwrap().to_owned());
+    }
+    for id in &ids {
+        let task = wait_status(&server, &state, id, "completed");
+        assert_eq!(task["percent"], 100.0);
+    }
+    let mine = json(&cli(&server, &state, &["task", "list", "--mine", "--json"]));
+    assert_eq!(mine["total"], 3);
+    let owner = mine["tasks"][0]["owner"].as_str().unwrap().to_owned();
+    assert!(owner.starts_with("cli-"), "{owner}");
+    let completed = json(&cli(
+        &server,
+        &state,
+        &["task", "list", "--status", "completed", "--json"],
+    ));
+    assert_eq!(completed["total"], 3);
+    let stats = json(&cli(&server, &state, &["stats", "--json"]));
+    assert_eq!(stats["completed_tasks"], 3);
+
+    // Text output for people.
+    let listing = cli(&server, &state, &["task", "list"]);
+    let text = String::from_utf8(listing.stdout).unwrap();
+    assert!(text.starts_with("TASK"), "{text}");
+    assert_eq!(text.lines().count(), 4, "{text}");
+
+    // Another state file is another client: none of these tasks are its own.
+    let other = json(&cli(
+        &server,
+        &dir.path().join("other.json"),
+        &["task", "list", "--mine", "--json"],
+    ));
+    assert_eq!(other["total"], 0);
+}
+
+#[test]
+fn steering_and_errors_have_messages_and_exit_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--time-scale", "0.01"]);
+    let state = dir.path().join("client.json");
+    let started = json(&cli(
+        &server,
+        &state,
+        &[
+            "task",
+            "start",
+            "ml-training",
+            "--model-name",
+            "long",
+            "--dataset-size",
+            "50",
+            "--epochs",
+            "1000",
+            "--json",
+        ],
+    ));
+    let id = started["task_id"].as_str().unwrap();
+    assert_eq!(
+        json(&cli(&server, &state, &["task", "pause", id, "--json"]))["status"],
+        "paused"
+    );
+    let again = cli(&server, &state, &["task", "pause", id]);
+    assert_eq!(again.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&again.stderr).trim(),
+        format!("error: cannot pause task {id}: it is paused")
+    );
+    assert_eq!(
+        json(&cli(&server, &state, &["task", "resume", id, "--json"]))["status"],
+        "pending"
+    );
+    let cancelled = cli(&server, &state, &["task", "cancel", id]);
+    assert!(cancelled.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&cancelled.stdout).trim(),
+        format!("task {id} is now cancelled")
+    );
+
+    let bad = cli(
+        &server,
+        &state,
+        &[
+            "task",
+            "start",
+            "batch-processing",
+            "--batch-size",
+            "0",
+            "--total-items",
+            "5",
+        ],
+    );
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr)
+            .contains("batch_size must be between 1 and 1000000, got 0")
+    );
+    let unknown = cli(&server, &state, &["task", "show", "no-such-task"]);
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("task no-such-task not found"));
+    let status = cli(&server, &state, &["task", "list", "--status", "done"]);
+    assert_eq!(status.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&status.stderr).contains("valid statuses are"));
+
+    // A corrupt state file is replaced with a warning, never fatal.
+    std::fs::write(&state, "{garbage").unwrap();
+    let recovered = cli(&server, &state, &["stats", "--json"]);
+    assert!(recovered.status.success());
+    assert!(
+        String::from_utf8_lossy(&recovered.stderr)
+            .contains("is not a durable-mcp client state file")
+    );
+
+    let unreachable = Command::new(server_binary())
+        .args([
+            "stats",
+            "--server",
+            "http://127.0.0.1:9/mcp",
+            "--state-file",
+        ])
+        .arg(&state)
+        .output()
+        .unwrap();
+    assert_eq!(unreachable.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&unreachable.stderr).contains("is it running?"));
+}
