@@ -35,6 +35,18 @@ pub enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Run resumable_data_processing inside the call, with a progress bar. Interrupted (Ctrl-C,
+    /// a dropped connection), the same command continues from the task's checkpoint.
+    Process {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[arg(long, default_value = "default_dataset")]
+        dataset_name: String,
+        #[arg(long, default_value_t = 100)]
+        total_records: u64,
+        #[arg(long, default_value_t = 10)]
+        batch_size: u64,
+    },
 }
 
 /// How the client subcommands reach the server and who they are.
@@ -63,9 +75,15 @@ pub struct ClientArgs {
 pub enum TaskCommand {
     /// Start a background task and print its id and task://status link.
     Start {
+        /// Follow the task to its end, like `task watch`.
+        #[arg(long, global = true)]
+        watch: bool,
         #[command(subcommand)]
         kind: StartKind,
     },
+    /// Follow a task with a progress bar until it ends; the exit code tells how it ended
+    /// (0 completed, 4 failed, 5 cancelled). Ctrl-C stops watching, not the task.
+    Watch { task_id: String },
     /// List tasks, newest first.
     List {
         /// Only tasks with this status (pending, running, paused, completed, failed, cancelled).

@@ -218,3 +218,191 @@ fn steering_and_errors_have_messages_and_exit_codes() {
     assert_eq!(unreachable.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&unreachable.stderr).contains("is it running?"));
 }
+
+/// Starts the client in the background with its stdout lines sent to a channel.
+fn spawn_cli(
+    server: &Server,
+    state: &Path,
+    args: &[&str],
+) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    use std::io::BufRead;
+    let mut child = Command::new(server_binary())
+        .args(args)
+        .args(["--server", &server.mcp_url(), "--state-file"])
+        .arg(state)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running the client");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    (child, rx)
+}
+
+fn wait_exit(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the client did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// JSON progress values printed by `process --json` until it exits.
+fn progress_lines(rx: &std::sync::mpsc::Receiver<String>) -> Vec<f64> {
+    rx.try_iter()
+        .filter_map(|line| serde_json::from_str::<Value>(&line).ok())
+        .filter_map(|line| line["progress"].as_f64())
+        .collect()
+}
+
+#[test]
+fn an_interrupted_process_run_continues_from_its_checkpoint_when_run_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--time-scale", "0.03"]);
+    let state = dir.path().join("client.json");
+    let args = [
+        "process",
+        "--dataset-name",
+        "cli",
+        "--total-records",
+        "200",
+        "--batch-size",
+        "10",
+        "--json",
+    ];
+    let (mut first, rx) = spawn_cli(&server, &state, &args);
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while seen.last().is_none_or(|p| *p < 80.0) {
+        assert!(Instant::now() < deadline, "no progress: {seen:?}");
+        if let Ok(line) = rx.recv_timeout(Duration::from_secs(30))
+            && let Some(p) = serde_json::from_str::<Value>(&line)
+                .ok()
+                .and_then(|v| v["progress"].as_f64())
+        {
+            seen.push(p);
+        }
+    }
+    Command::new("kill")
+        .args(["-INT", &first.id().to_string()])
+        .status()
+        .unwrap();
+    let status = wait_exit(&mut first, Duration::from_secs(20));
+    assert_eq!(status.code(), Some(130), "Ctrl-C exits with 130");
+    seen.extend(progress_lines(&rx));
+    let interrupted_at = *seen.last().unwrap();
+
+    let second = cli(&server, &state, &args);
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    let lines: Vec<Value> = String::from_utf8(second.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let resumed: Vec<f64> = lines
+        .iter()
+        .filter_map(|l| l["progress"].as_f64())
+        .collect();
+    assert!(
+        resumed[0] >= interrupted_at - 10.0,
+        "progress went back more than one batch: {interrupted_at} then {resumed:?}"
+    );
+    assert!(resumed.windows(2).all(|w| w[0] < w[1]), "{resumed:?}");
+    let result = &lines.last().expect("output")["result"];
+    assert_eq!(result["total_processed"], 200);
+}
+
+#[test]
+fn watch_reports_the_end_of_a_task_in_its_exit_code_and_survives_a_server_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), &["--time-scale", "0.02"]);
+    let state = dir.path().join("client.json");
+    let started = json(&cli(
+        &server,
+        &state,
+        &[
+            "task",
+            "start",
+            "batch-processing",
+            "--batch-size",
+            "1",
+            "--total-items",
+            "100",
+            "--processing-delay",
+            "5",
+            "--json",
+        ],
+    ));
+    let id = started["task_id"].as_str().unwrap().to_owned();
+    let (mut watcher, rx) = spawn_cli(&server, &state, &["task", "watch", &id, "--json"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let line: Value =
+            serde_json::from_str(&rx.recv_timeout(Duration::from_secs(30)).unwrap()).unwrap();
+        if line["progress"].as_u64() >= Some(20) {
+            break;
+        }
+        assert!(Instant::now() < deadline);
+    }
+    server.kill9();
+    server.restart();
+    let status = wait_exit(&mut watcher, Duration::from_secs(90));
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "the watch recovered and saw the task complete"
+    );
+    let last: Value = rx
+        .try_iter()
+        .filter_map(|l| serde_json::from_str(&l).ok())
+        .last()
+        .unwrap();
+    assert_eq!(last["status"], "completed");
+
+    let long = json(&cli(
+        &server,
+        &state,
+        &[
+            "task",
+            "start",
+            "ml-training",
+            "--model-name",
+            "w",
+            "--dataset-size",
+            "50",
+            "--epochs",
+            "1000",
+            "--json",
+        ],
+    ));
+    let long_id = long["task_id"].as_str().unwrap().to_owned();
+    let (mut watcher, _rx) = spawn_cli(&server, &state, &["task", "watch", &long_id, "--json"]);
+    assert!(
+        cli(&server, &state, &["task", "cancel", &long_id])
+            .status
+            .success()
+    );
+    assert_eq!(
+        wait_exit(&mut watcher, Duration::from_secs(30)).code(),
+        Some(5),
+        "cancelled exits with 5"
+    );
+}

@@ -1,9 +1,12 @@
 //! The command-line client: `durable-mcp task ...` and `durable-mcp stats`, speaking MCP to a
 //! running server with rmcp's Streamable HTTP client.
 //!
-//! Exit codes: 0 success, 1 the server refused the request (bad input, unknown task, a
-//! transition the task's status does not allow), 3 the server cannot be reached.
+//! Exit codes: 0 success (a watched task completed), 1 the server refused the request (bad
+//! input, unknown task, a transition the task's status does not allow), 3 the server cannot be
+//! reached, 4 the watched task failed, 5 it was cancelled, 130 interrupted by Ctrl-C (the task
+//! keeps running on the server).
 
+mod follow;
 mod state;
 
 use std::collections::HashMap;
@@ -24,6 +27,9 @@ use state::ClientState;
 
 const REFUSED: u8 = 1;
 const UNREACHABLE: u8 = 3;
+const TASK_FAILED: u8 = 4;
+const TASK_CANCELLED: u8 = 5;
+const INTERRUPTED: u8 = 130;
 
 /// Why a client command did not succeed.
 enum Failure {
@@ -31,12 +37,17 @@ enum Failure {
     Refused(String),
     /// The server could not be reached or broke the protocol.
     Unreachable(String),
+    /// A followed task ended without completing; its final state was printed.
+    Ended(u8),
+    /// Ctrl-C; how to re-attach was printed.
+    Interrupted,
 }
 
 type Outcome<T> = Result<T, Failure>;
 
 struct Client {
-    service: RunningService<RoleClient, ()>,
+    service: RunningService<RoleClient, follow::Notifications>,
+    notes: tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<follow::Note>>,
     args: ClientArgs,
     client_id: String,
 }
@@ -46,6 +57,19 @@ pub async fn run(command: Command) -> ExitCode {
     let (args, action): (ClientArgs, Action) = match command {
         Command::Task { client, command } => (client, Action::Task(command)),
         Command::Stats { client } => (client, Action::Stats),
+        Command::Process {
+            client,
+            dataset_name,
+            total_records,
+            batch_size,
+        } => (
+            client,
+            Action::Process(json!({
+                "dataset_name": dataset_name,
+                "total_records": total_records,
+                "batch_size": batch_size,
+            })),
+        ),
         Command::Serve(_) => unreachable!("serve is not a client command"),
     };
     let path = args.state_file.clone().unwrap_or_else(state::default_path);
@@ -68,12 +92,15 @@ pub async fn run(command: Command) -> ExitCode {
             eprintln!("error: {message}");
             ExitCode::from(UNREACHABLE)
         }
+        Err(Failure::Ended(code)) => ExitCode::from(code),
+        Err(Failure::Interrupted) => ExitCode::from(INTERRUPTED),
     }
 }
 
 enum Action {
     Task(TaskCommand),
     Stats,
+    Process(Value),
 }
 
 impl Client {
@@ -91,7 +118,8 @@ impl Client {
         let config = StreamableHttpClientTransportConfig::with_uri(args.server.clone())
             .custom_headers(headers);
         let transport = StreamableHttpClientTransport::from_config(config);
-        let service = ().serve(transport).await.map_err(|e| {
+        let (notifications, notes) = follow::Notifications::new();
+        let service = notifications.serve(transport).await.map_err(|e| {
             Failure::Unreachable(format!(
                 "cannot reach the durable-mcp server at {} ({e}); is it running? Start one with \
                  scripts/serve or point --server (DURABLE_MCP_SERVER) at it",
@@ -100,6 +128,7 @@ impl Client {
         })?;
         Ok(Client {
             service,
+            notes: tokio::sync::Mutex::new(notes),
             args,
             client_id,
         })
@@ -174,18 +203,25 @@ impl Client {
                     )
                 });
             }
-            Action::Task(TaskCommand::Start { kind }) => {
+            Action::Task(TaskCommand::Start { kind, watch }) => {
                 let (tool, arguments) = start_arguments(kind);
                 let started = self.call(tool, arguments).await?;
-                self.print(&started, || {
-                    format!(
-                        "started {} task {}\n  follow it at {}",
-                        started["kind"].as_str().unwrap_or_default(),
-                        started["task_id"].as_str().unwrap_or_default(),
-                        started["status_uri"].as_str().unwrap_or_default()
-                    )
-                });
+                let task_id = started["task_id"].as_str().unwrap_or_default().to_owned();
+                if !(watch && self.args.json) {
+                    self.print(&started, || {
+                        format!(
+                            "started {} task {task_id}\n  follow it at {}",
+                            started["kind"].as_str().unwrap_or_default(),
+                            started["status_uri"].as_str().unwrap_or_default()
+                        )
+                    });
+                }
+                if watch {
+                    self.watch(&task_id).await?;
+                }
             }
+            Action::Task(TaskCommand::Watch { task_id }) => self.watch(&task_id).await?,
+            Action::Process(arguments) => self.process(arguments).await?,
             Action::Task(TaskCommand::List { status, mine }) => {
                 let status = status
                     .map(|s| {
