@@ -90,7 +90,12 @@ pub async fn resumable(State(state): State<ResumeState>, request: Request, next:
     }
 
     let fresh_get = method == Method::GET && last_event_id.is_none();
-    let response = next.run(request).await;
+    let mut response = next.run(request).await;
+    if method == Method::DELETE && response.status() == StatusCode::ACCEPTED {
+        // rmcp answers a session DELETE with 202; the session is gone at once, and clients
+        // (the Python SDK among them) expect a plain success.
+        *response.status_mut() = StatusCode::NO_CONTENT;
+    }
     let is_sse = response
         .headers()
         .get(header::CONTENT_TYPE)
