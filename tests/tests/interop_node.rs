@@ -124,10 +124,7 @@ fn the_inspector_cli_lists_calls_and_reads() {
 }
 
 /// The generic server scenarios of the conformance suite. Left out: the scenarios that call
-/// fixture tools, prompts or resources of the suite's own reference server (`test_*`,
-/// `test://...`), and `resources-subscribe`/`resources-unsubscribe`, which subscribe to
-/// `test://watched-resource`: this server answers that unknown URI with -32002 (resource not
-/// found), as the specification prescribes, and its own subscriptions are tested in tools.rs.
+/// fixture tools, prompts or resources of the suite's own reference server (`test_*`).
 #[test]
 fn the_conformance_suite_generic_scenarios_pass() {
     let dir = tempfile::tempdir().unwrap();
@@ -140,6 +137,8 @@ fn the_conformance_suite_generic_scenarios_pass() {
         "tools-list",
         "resources-list",
         "prompts-list",
+        "resources-subscribe",
+        "resources-unsubscribe",
         "server-sse-multiple-streams",
         "dns-rebinding-protection",
     ] {

@@ -101,8 +101,14 @@ pub async fn read(engine: &Engine, uri: &str) -> Result<ReadResourceResult, McpE
     ]))
 }
 
-/// Refuses subscriptions to URIs that can never change: malformed ones and unknown tasks.
+/// Refuses subscriptions to `task://` URIs that can never change: malformed ones, unknown
+/// statuses and unknown tasks. URIs of other schemes are accepted and simply never notified:
+/// this server changes only `task://` resources, and generic clients (the conformance suite
+/// among them) expect a subscription to any URI to succeed.
 pub async fn check_subscribable(engine: &Engine, uri: &str) -> Result<(), McpError> {
+    if !uri.starts_with("task://") {
+        return Ok(());
+    }
     if let TaskUri::Status(id) = parse(uri)? {
         engine.get(id).await.map_err(|e| match e {
             EngineError::NotFound(_) => not_found(id),
