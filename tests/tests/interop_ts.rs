@@ -1,7 +1,8 @@
 //! The TypeScript SDK's client (npm `@modelcontextprotocol/sdk`, installed by `scripts/setup`)
-//! resumes a tool call across a SIGKILL of the server: its `StreamableHTTPClientTransport`
-//! reconnects with the last resumption token (`Last-Event-ID`) and receives the rest of the
-//! progress and the result of its original request.
+//! against the real server: the everyday flow (list, start, subscribe, follow, a bad call), and
+//! a tool call resumed across a SIGKILL of the server, where its
+//! `StreamableHTTPClientTransport` reconnects with the last resumption token (`Last-Event-ID`)
+//! and receives the rest of the progress and the result of its original request.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -91,4 +92,24 @@ fn the_typescript_sdk_resumes_an_interrupted_call_across_a_kill() {
         "every event carried a resumption token"
     );
     assert_eq!(lines[0]["protocol"], "2025-11-25");
+}
+
+#[test]
+fn the_typescript_sdk_lists_starts_subscribes_follows_and_gets_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--time-scale", "0.01"]);
+    let output = Command::new("node")
+        .arg(interop_dir().join("ts_client.mjs"))
+        .arg(server.mcp_url())
+        .current_dir(interop_dir())
+        .output()
+        .expect("running node");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report: Value = serde_json::from_slice(&output.stdout).expect("a JSON report");
+    assert_eq!(report["tools"].as_array().unwrap().len(), 11);
+    assert_eq!(report["final_status"], "completed");
+    assert_eq!(report["processed"], 5);
+    assert!(report["updates"].as_u64().unwrap() > 0, "subscription notifications arrive: {report}");
+    assert_eq!(report["bad_is_error"], true);
+    assert_eq!(report["bad_text"], "batch_size must be between 1 and 1000000, got 0");
 }
