@@ -104,12 +104,22 @@ fn the_typescript_sdk_lists_starts_subscribes_follows_and_gets_errors() {
         .current_dir(interop_dir())
         .output()
         .expect("running node");
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let report: Value = serde_json::from_slice(&output.stdout).expect("a JSON report");
     assert_eq!(report["tools"].as_array().unwrap().len(), 11);
     assert_eq!(report["final_status"], "completed");
     assert_eq!(report["processed"], 5);
-    assert!(report["updates"].as_u64().unwrap() > 0, "subscription notifications arrive: {report}");
+    assert!(
+        report["updates"].as_u64().unwrap() > 0,
+        "subscription notifications arrive: {report}"
+    );
     assert_eq!(report["bad_is_error"], true);
-    assert_eq!(report["bad_text"], "batch_size must be between 1 and 1000000, got 0");
+    assert_eq!(
+        report["bad_text"],
+        "batch_size must be between 1 and 1000000, got 0"
+    );
 }
