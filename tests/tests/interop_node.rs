@@ -67,6 +67,14 @@ fn the_inspector_cli_lists_calls_and_reads() {
     let server = Server::start(dir.path(), &["--time-scale", "0.01"]);
     let tools = json(&inspector(&server, &["--method", "tools/list"]));
     assert_eq!(tools["tools"].as_array().unwrap().len(), 11);
+    // The Inspector CLI has no resources/subscribe; it lists what can be followed instead.
+    let templates = json(&inspector(
+        &server,
+        &["--method", "resources/templates/list"],
+    ));
+    assert_eq!(templates["resourceTemplates"].as_array().unwrap().len(), 2);
+    let prompts = json(&inspector(&server, &["--method", "prompts/list"]));
+    assert_eq!(prompts["prompts"][0]["name"], "task_report");
 
     let started = json(&inspector(
         &server,
