@@ -413,6 +413,21 @@ pub fn text_of(result: &CallToolResult) -> String {
         .join("\n")
 }
 
+/// The stdout of a successful command as JSON; a failure shows the command's stderr.
+pub fn output_json(output: &std::process::Output) -> Value {
+    assert!(
+        output.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
+
 /// Polls until the server has committed at least `progress` units of the task, straight from
 /// a fresh connection: used just before killing a server at a chosen point.
 pub async fn wait_progress(client: &Client, task_id: &str, progress: u64) -> TaskInfo {

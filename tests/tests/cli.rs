@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use durable_tests::{Server, server_binary};
+use durable_tests::{Server, output_json as json, server_binary};
 use serde_json::Value;
 
 /// Runs the client with its state in `state` against `server`.
@@ -17,20 +17,6 @@ fn cli(server: &Server, state: &Path, args: &[&str]) -> Output {
         .arg(state)
         .output()
         .expect("running the client")
-}
-
-fn json(output: &Output) -> Value {
-    assert!(
-        output.status.success(),
-        "failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}",
-            String::from_utf8_lossy(&output.stdout)
-        )
-    })
 }
 
 fn wait_status(server: &Server, state: &Path, task_id: &str, status: &str) -> Value {
@@ -303,6 +289,15 @@ fn an_interrupted_process_run_continues_from_its_checkpoint_when_run_again() {
         .unwrap();
     let status = wait_exit(&mut first, Duration::from_secs(20));
     assert_eq!(status.code(), Some(130), "Ctrl-C exits with 130");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut first.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(
+        stderr.contains(
+            "interrupted; the processing task keeps its checkpoint on the server. Run the same \
+             command again to continue from it."
+        ),
+        "{stderr:?}"
+    );
     seen.extend(progress_lines(&rx));
     let interrupted_at = *seen.last().unwrap();
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use durable_tests::Server;
+use durable_tests::{Server, output_json as json};
 use serde_json::Value;
 
 fn root() -> PathBuf {
@@ -45,20 +45,6 @@ fn inspector(server: &Server, args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("running the Inspector CLI")
-}
-
-fn json(output: &Output) -> Value {
-    assert!(
-        output.status.success(),
-        "failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}",
-            String::from_utf8_lossy(&output.stdout)
-        )
-    })
 }
 
 #[test]

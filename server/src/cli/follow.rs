@@ -15,7 +15,7 @@ use rmcp::{ClientHandler, RoleClient};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::{Client, Failure, Outcome, TASK_CANCELLED, TASK_FAILED, decode, describe};
+use super::{Client, Failure, Outcome, TASK_CANCELLED, TASK_FAILED, decode, describe, tool_text};
 
 /// How long `watch` keeps trying to reach a server that went away (e.g. while it restarts).
 const RECONNECT_GRACE: Duration = Duration::from_secs(30);
@@ -135,7 +135,7 @@ impl Client {
                 _ = tokio::signal::ctrl_c() => {
                     bar.abandon();
                     eprintln!(
-                        "stopped watching; task {task_id} keeps running on the server. \\
+                        "stopped watching; task {task_id} keeps running on the server. \
                          Re-attach with: durable-mcp task watch {task_id}"
                     );
                     return Err(Failure::Interrupted);
@@ -186,7 +186,7 @@ impl Client {
                 _ = tokio::signal::ctrl_c() => {
                     bar.abandon();
                     eprintln!(
-                        "interrupted; the processing task keeps its checkpoint on the server. \\
+                        "interrupted; the processing task keeps its checkpoint on the server. \
                          Run the same command again to continue from it."
                     );
                     return Err(Failure::Interrupted);
@@ -202,19 +202,13 @@ impl Client {
             }
             Err(e) => {
                 return Err(Failure::Unreachable(format!(
-                    "the connection broke during processing ({e}); run the same command again to \\
+                    "the connection broke during processing ({e}); run the same command again to \
                      continue from the task's checkpoint"
                 )));
             }
         };
         if result.is_error == Some(true) {
-            let text = result
-                .content
-                .iter()
-                .filter_map(|block| block.as_text().map(|t| t.text.clone()))
-                .collect::<Vec<_>>()
-                .join("\\n");
-            return Err(Failure::Refused(text));
+            return Err(Failure::Refused(tool_text(&result)));
         }
         bar.finish();
         let output = result.structured_content.unwrap_or(Value::Null);
@@ -236,7 +230,7 @@ impl Client {
 
 fn lost(task_id: &str) -> Failure {
     Failure::Unreachable(format!(
-        "lost the server while watching; the task keeps running there. Re-attach with: \\
+        "lost the server while watching; the task keeps running there. Re-attach with: \
          durable-mcp task watch {task_id}"
     ))
 }

@@ -145,13 +145,7 @@ impl Client {
             .await
             .map_err(|e| Failure::Unreachable(format!("{tool} failed: {e}")))?;
         if result.is_error == Some(true) {
-            let text = result
-                .content
-                .iter()
-                .filter_map(|block| block.as_text().map(|t| t.text.clone()))
-                .collect::<Vec<_>>()
-                .join("\n");
-            return Err(Failure::Refused(text));
+            return Err(Failure::Refused(tool_text(&result)));
         }
         Ok(result.structured_content.unwrap_or(Value::Null))
     }
@@ -266,6 +260,16 @@ impl Client {
         });
         Ok(())
     }
+}
+
+/// The text content of a tool result: a tool error's message.
+fn tool_text(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|block| block.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn decode<T: serde::de::DeserializeOwned>(value: &Value) -> Outcome<T> {
