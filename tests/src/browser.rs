@@ -112,7 +112,23 @@ impl Browser {
 
     /// Runs JavaScript and returns its value.
     pub async fn js(&self, script: &str) -> Value {
-        self.client.execute(script, vec![]).await.expect("script")
+        within(UI_TIMEOUT, "a script", self.client.execute(script, vec![]))
+            .await
+            .expect("script")
+    }
+
+    /// Loads `url` and waits for the page to load.
+    pub async fn goto(&self, url: &str) {
+        within(UI_TIMEOUT, url, self.client.goto(url))
+            .await
+            .expect("page load");
+    }
+
+    /// Reloads the page.
+    pub async fn refresh(&self) {
+        within(UI_TIMEOUT, "a reload", self.client.refresh())
+            .await
+            .expect("reload");
     }
 
     /// Clicks the element matching `css`, finding it again if it was re-rendered meanwhile.
@@ -126,14 +142,19 @@ impl Browser {
 
     /// Replaces the value of the input `css` with `value`.
     pub async fn fill(&self, css: &str, value: &str) {
-        let input = self.client.find(Locator::Css(css)).await.expect("input");
-        input.clear().await.expect("clear");
-        input.send_keys(value).await.expect("type");
+        within(UI_TIMEOUT, &format!("typing into {css}"), async {
+            let input = self.client.find(Locator::Css(css)).await.expect("input");
+            input.clear().await.expect("clear");
+            input.send_keys(value).await.expect("type");
+        })
+        .await
     }
 
     /// Saves a screenshot as `target/screenshots/<name>.png` (a test artifact).
     pub async fn screenshot(&self, name: &str) {
-        let png = self.client.screenshot().await.expect("screenshot");
+        let png = within(UI_TIMEOUT, "a screenshot", self.client.screenshot())
+            .await
+            .expect("screenshot");
         let dir = PathBuf::from(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../target/screenshots"

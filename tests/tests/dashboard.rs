@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use durable_tests::Server;
-use durable_tests::browser::Browser;
+use durable_tests::browser::{Browser, UI_TIMEOUT};
 use durable_tests::proxy::Proxy;
+use durable_tests::within;
 use fantoccini::Locator;
 
 fn dist() -> String {
@@ -158,7 +159,7 @@ async fn the_dashboard_runs_steers_and_survives_a_reload() {
     let (_dir, server) = server(&["--time-scale", "0.02"]);
     let base = format!("http://{}/", server.addr);
     let browser = Browser::start().await;
-    browser.client.goto(&base).await.unwrap();
+    browser.goto(&base).await;
     browser
         .wait_text("[data-test=conn]", |t| t == "connected")
         .await;
@@ -233,7 +234,7 @@ async fn the_dashboard_runs_steers_and_survives_a_reload() {
             (timeline(&browser).await.len() >= 5).then_some(())
         })
         .await;
-    browser.client.refresh().await.unwrap();
+    browser.refresh().await;
     browser
         .wait_text("[data-test=conn]", |t| {
             t == "connected" || t.starts_with("replaying")
@@ -301,10 +302,21 @@ async fn the_dashboard_runs_steers_and_survives_a_reload() {
     browser.screenshot("dashboard-form-error").await;
 
     // A second tab stays live too.
-    let first_tab = browser.client.window().await.unwrap();
-    let second_tab = browser.client.new_window(true).await.unwrap().handle;
-    browser.client.switch_to_window(second_tab).await.unwrap();
-    browser.client.goto(&base).await.unwrap();
+    let first_tab = within(UI_TIMEOUT, "the window", browser.client.window())
+        .await
+        .unwrap();
+    let second_tab = within(UI_TIMEOUT, "a new tab", browser.client.new_window(true))
+        .await
+        .unwrap()
+        .handle;
+    within(
+        UI_TIMEOUT,
+        "switching tabs",
+        browser.client.switch_to_window(second_tab),
+    )
+    .await
+    .unwrap();
+    browser.goto(&base).await;
     browser
         .wait_text("[data-test=conn]", |t| t == "connected")
         .await;
@@ -322,7 +334,13 @@ async fn the_dashboard_runs_steers_and_survives_a_reload() {
         ],
     )
     .await;
-    browser.client.switch_to_window(first_tab).await.unwrap();
+    within(
+        UI_TIMEOUT,
+        "switching back",
+        browser.client.switch_to_window(first_tab),
+    )
+    .await
+    .unwrap();
     wait_status(&browser, &from_second, "completed").await;
     browser.screenshot("dashboard-overview").await;
 
