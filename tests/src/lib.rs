@@ -413,6 +413,28 @@ pub fn text_of(result: &CallToolResult) -> String {
         .join("\n")
 }
 
+/// Runs `command` to completion and returns its output, killing it and failing the test if it
+/// takes longer than `limit`.
+pub fn output_within(command: &mut Command, limit: Duration) -> std::process::Output {
+    let child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting a client");
+    let id = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(output) => output.expect("waiting for a client"),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-9", &id.to_string()]).status();
+            panic!("a client did not finish within {limit:?}");
+        }
+    }
+}
+
 /// The stdout of a successful command as JSON; a failure shows the command's stderr.
 pub fn output_json(output: &std::process::Output) -> Value {
     assert!(

@@ -11,12 +11,13 @@ use serde_json::Value;
 
 /// Runs the client with its state in `state` against `server`.
 fn cli(server: &Server, state: &Path, args: &[&str]) -> Output {
-    Command::new(server_binary())
-        .args(args)
-        .args(["--server", &server.mcp_url(), "--state-file"])
-        .arg(state)
-        .output()
-        .expect("running the client")
+    durable_tests::output_within(
+        Command::new(server_binary())
+            .args(args)
+            .args(["--server", &server.mcp_url(), "--state-file"])
+            .arg(state),
+        std::time::Duration::from_secs(120),
+    )
 }
 
 fn wait_status(server: &Server, state: &Path, task_id: &str, status: &str) -> Value {
@@ -191,16 +192,17 @@ fn steering_and_errors_have_messages_and_exit_codes() {
             .contains("is not a durable-mcp client state file")
     );
 
-    let unreachable = Command::new(server_binary())
-        .args([
-            "stats",
-            "--server",
-            "http://127.0.0.1:9/mcp",
-            "--state-file",
-        ])
-        .arg(&state)
-        .output()
-        .unwrap();
+    let unreachable = durable_tests::output_within(
+        Command::new(server_binary())
+            .args([
+                "stats",
+                "--server",
+                "http://127.0.0.1:9/mcp",
+                "--state-file",
+            ])
+            .arg(&state),
+        std::time::Duration::from_secs(120),
+    );
     assert_eq!(unreachable.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&unreachable.stderr).contains("is it running?"));
 }

@@ -39,12 +39,13 @@ fn inspector(server: &Server, args: &[&str]) -> Output {
         "@modelcontextprotocol/inspector",
         "clients/launcher/build/index.js",
     );
-    Command::new(node())
-        .arg(cli)
-        .args(["--cli", &server.mcp_url(), "--transport", "http"])
-        .args(args)
-        .output()
-        .expect("running the Inspector CLI")
+    durable_tests::output_within(
+        Command::new(node())
+            .arg(cli)
+            .args(["--cli", &server.mcp_url(), "--transport", "http"])
+            .args(args),
+        std::time::Duration::from_secs(120),
+    )
 }
 
 #[test]
@@ -136,11 +137,16 @@ fn the_conformance_suite_generic_scenarios_pass() {
         "server-sse-multiple-streams",
         "dns-rebinding-protection",
     ] {
-        let output = Command::new(node())
-            .arg(&suite)
-            .args(["server", "--url", &server.mcp_url(), "--scenario", scenario])
-            .output()
-            .expect("running the conformance suite");
+        let output = durable_tests::output_within(
+            Command::new(node()).arg(&suite).args([
+                "server",
+                "--url",
+                &server.mcp_url(),
+                "--scenario",
+                scenario,
+            ]),
+            std::time::Duration::from_secs(120),
+        );
         let text = String::from_utf8_lossy(&output.stdout);
         assert!(
             output.status.success() && text.contains(", 0 failed"),

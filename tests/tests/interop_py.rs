@@ -19,11 +19,12 @@ fn the_python_sdk_client_lists_starts_follows_and_gets_errors() {
     );
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path(), &["--time-scale", "0.01"]);
-    let output = Command::new(python)
-        .arg(interop.join("python_client.py"))
-        .arg(server.mcp_url())
-        .output()
-        .expect("running python");
+    let output = durable_tests::output_within(
+        Command::new(python)
+            .arg(interop.join("python_client.py"))
+            .arg(server.mcp_url()),
+        std::time::Duration::from_secs(120),
+    );
     assert!(
         output.status.success(),
         "python client failed:\n{}",

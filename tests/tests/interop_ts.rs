@@ -98,12 +98,13 @@ fn the_typescript_sdk_resumes_an_interrupted_call_across_a_kill() {
 fn the_typescript_sdk_lists_starts_subscribes_follows_and_gets_errors() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path(), &["--time-scale", "0.01"]);
-    let output = Command::new("node")
-        .arg(interop_dir().join("ts_client.mjs"))
-        .arg(server.mcp_url())
-        .current_dir(interop_dir())
-        .output()
-        .expect("running node");
+    let output = durable_tests::output_within(
+        Command::new("node")
+            .arg(interop_dir().join("ts_client.mjs"))
+            .arg(server.mcp_url())
+            .current_dir(interop_dir()),
+        std::time::Duration::from_secs(120),
+    );
     assert!(
         output.status.success(),
         "{}",
