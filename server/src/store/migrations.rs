@@ -90,6 +90,19 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (session_id, uri)
     ) STRICT, WITHOUT ROWID;
     "#,
+    // 3: MCP task handles: the engine tasks that task-augmented tool calls created, whose
+    // call it was (a task attached to by two clients has a handle for each), the tool, and how
+    // long (from the task's creation) the handle is kept.
+    r#"
+    CREATE TABLE mcp_tasks (
+        task_id   TEXT NOT NULL,
+        requester TEXT NOT NULL,
+        tool      TEXT NOT NULL,
+        ttl_ms    INTEGER NOT NULL,
+        PRIMARY KEY (task_id, requester)
+    ) STRICT, WITHOUT ROWID;
+    CREATE INDEX mcp_tasks_by_requester ON mcp_tasks (requester);
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -9,6 +9,7 @@
 //! Reads use a small pool of read-only connections on blocking threads; WAL lets them run while
 //! the writer commits. Neither path ever blocks the async runtime.
 
+mod handles;
 mod migrations;
 mod streams;
 mod tasks;
@@ -20,6 +21,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
 
+pub use handles::TaskHandle;
 pub use streams::{CallBinding, NewEvent, StoredEvent, StreamInfo};
 pub use tasks::{NewTask, StepCommit, TaskRow, Transition};
 

@@ -16,7 +16,7 @@ use serde_json::Value;
 use super::{Store, StoreError, now_ms};
 
 /// The columns of a [`TaskInfo`]; the checkpoint is read only when a worker claims the task.
-const INFO_COLUMNS: &str = "id, kind, owner, params, status, progress, total, message, step, \
+pub(super) const INFO_COLUMNS: &str = "id, kind, owner, params, status, progress, total, message, step, \
                             result, error, created_at, updated_at, completed_at";
 
 /// A task about to be stored, with its first checkpoint.
@@ -70,7 +70,7 @@ fn parse_json(text: &str) -> rusqlite::Result<Value> {
     })
 }
 
-fn read_info(row: &Row<'_>) -> rusqlite::Result<TaskInfo> {
+pub(super) fn read_info(row: &Row<'_>) -> rusqlite::Result<TaskInfo> {
     let status: String = row.get("status")?;
     let status = TaskStatus::from_str(&status).map_err(|e| {
         rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))

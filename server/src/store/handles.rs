@@ -1,0 +1,270 @@
+//! The `mcp_tasks` table: which engine tasks are MCP task handles (created by a task-augmented
+//! `tools/call`), whose handle each is (the client that made the call), the tool, and its time
+//! to live.
+//!
+//! A handle lives `ttl_ms` from its task's creation. Reads treat an expired handle as gone at
+//! once; [`Store::purge_expired_handles`] deletes the rows later. The task itself is the
+//! engine's and follows the engine's retention.
+
+use rusqlite::{OptionalExtension, Row, params};
+
+use super::tasks::{INFO_COLUMNS, read_info};
+use super::{Store, StoreError, now_ms};
+use durable_shared::TaskInfo;
+
+/// An engine task seen through its MCP task handle.
+#[derive(Debug, Clone)]
+pub struct TaskHandle {
+    pub task: TaskInfo,
+    /// The client whose call created the handle; only it can see the task as an MCP task.
+    pub requester: String,
+    /// The tool whose call created the handle.
+    pub tool: String,
+    pub ttl_ms: u64,
+}
+
+fn read_handle(row: &Row<'_>) -> rusqlite::Result<TaskHandle> {
+    Ok(TaskHandle {
+        task: read_info(row)?,
+        requester: row.get("requester")?,
+        tool: row.get("tool")?,
+        ttl_ms: row.get("ttl_ms")?,
+    })
+}
+
+/// The handles joined with their tasks; `?now` must be bound to the current time in ms.
+fn live_handles() -> String {
+    format!(
+        "SELECT {INFO_COLUMNS}, requester, tool, ttl_ms \
+         FROM tasks JOIN mcp_tasks ON mcp_tasks.task_id = tasks.id \
+         WHERE tasks.created_at + mcp_tasks.ttl_ms > :now"
+    )
+}
+
+fn select_handle(
+    conn: &rusqlite::Connection,
+    task_id: &str,
+    requester: &str,
+    now: i64,
+) -> Result<Option<TaskHandle>, StoreError> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "{} AND tasks.id = :id AND requester = :requester",
+        live_handles()
+    ))?;
+    Ok(stmt
+        .query_row(
+            rusqlite::named_params! {":now": now, ":id": task_id, ":requester": requester},
+            read_handle,
+        )
+        .optional()?)
+}
+
+impl Store {
+    /// Makes `task_id` an MCP task handle of `requester`'s, created by `tool`, kept `ttl_ms` from the
+    /// task's creation. A handle that exists (a repeated call attached to the same task) is
+    /// kept, its ttl extended so that it lasts at least `ttl_ms` from now.
+    pub async fn upsert_handle(
+        &self,
+        task_id: &str,
+        requester: &str,
+        tool: &str,
+        ttl_ms: u64,
+    ) -> Result<Option<TaskHandle>, StoreError> {
+        let (task_id, requester, tool) =
+            (task_id.to_owned(), requester.to_owned(), tool.to_owned());
+        self.write(move |conn| {
+            let now = now_ms();
+            conn.execute(
+                "INSERT INTO mcp_tasks (task_id, requester, tool, ttl_ms) VALUES (?1, ?2, ?3, ?4) \
+                 ON CONFLICT (task_id, requester) DO UPDATE SET ttl_ms = MAX(ttl_ms, \
+                   ?4 + ?5 - (SELECT created_at FROM tasks WHERE id = ?1))",
+                params![task_id, requester, tool, ttl_ms as i64, now],
+            )?;
+            select_handle(conn, &task_id, &requester, now)
+        })
+        .await
+    }
+
+    /// `requester`'s live handle on `task_id`; `None` if there is none (another client's handle on
+    /// the same task included: a caller must not learn that it exists).
+    pub async fn handle(
+        &self,
+        task_id: &str,
+        requester: &str,
+    ) -> Result<Option<TaskHandle>, StoreError> {
+        let (task_id, requester) = (task_id.to_owned(), requester.to_owned());
+        self.read(move |conn| select_handle(conn, &task_id, &requester, now_ms()))
+            .await
+    }
+
+    /// The clients holding a live handle on `task_id`.
+    pub async fn handle_requesters(&self, task_id: &str) -> Result<Vec<String>, StoreError> {
+        let task_id = task_id.to_owned();
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT requester FROM ({}) WHERE id = :id",
+                live_handles()
+            ))?;
+            let owners = stmt.query_map(
+                rusqlite::named_params! {":now": now_ms(), ":id": task_id},
+                |row| row.get(0),
+            )?;
+            Ok(owners.collect::<Result<_, _>>()?)
+        })
+        .await
+    }
+
+    /// Up to `limit` of `requester`'s live handles in creation order, starting after the
+    /// `(created_at ms, task id)` position `after`.
+    pub async fn list_handles(
+        &self,
+        requester: &str,
+        after: Option<(i64, String)>,
+        limit: usize,
+    ) -> Result<Vec<TaskHandle>, StoreError> {
+        let requester = requester.to_owned();
+        self.read(move |conn| {
+            let (after_ms, after_id) = after.unwrap_or((i64::MIN, String::new()));
+            let mut stmt = conn.prepare_cached(&format!(
+                "{} AND requester = :requester AND (tasks.created_at, tasks.id) > (:after_ms, :after_id) \
+                 ORDER BY tasks.created_at, tasks.id LIMIT :limit",
+                live_handles()
+            ))?;
+            let rows = stmt.query_map(
+                rusqlite::named_params! {
+                    ":now": now_ms(),
+                    ":requester": requester,
+                    ":after_ms": after_ms,
+                    ":after_id": after_id,
+                    ":limit": limit as i64,
+                },
+                read_handle,
+            )?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+        .await
+    }
+
+    /// Deletes handles past their ttl, and handles whose task the retention removed.
+    pub async fn purge_expired_handles(&self) -> Result<u64, StoreError> {
+        self.write(|conn| {
+            let deleted = conn.execute(
+                "DELETE FROM mcp_tasks WHERE NOT EXISTS (SELECT 1 FROM tasks \
+                 WHERE tasks.id = mcp_tasks.task_id AND tasks.created_at + mcp_tasks.ttl_ms > ?1)",
+                [now_ms()],
+            )?;
+            Ok(deleted as u64)
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::store::NewTask;
+
+    async fn store_with(ids: &[&str]) -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("t.db")).unwrap();
+        for id in ids {
+            store
+                .insert_task(NewTask {
+                    id: (*id).into(),
+                    kind: "k".into(),
+                    owner: "engine-owner".into(),
+                    params: json!({}),
+                    total: 1,
+                    checkpoint: json!({}),
+                })
+                .await
+                .unwrap();
+        }
+        (dir, store)
+    }
+
+    fn ids(handles: &[TaskHandle]) -> Vec<&str> {
+        handles.iter().map(|h| h.task.task_id.as_str()).collect()
+    }
+
+    #[tokio::test]
+    async fn handles_are_per_owner_and_paged_in_creation_order() {
+        let (_dir, store) = store_with(&["a", "b", "c", "x"]).await;
+        for id in ["a", "b", "c"] {
+            store.upsert_handle(id, "me", "tool", 60_000).await.unwrap();
+        }
+        store
+            .upsert_handle("x", "other", "tool", 60_000)
+            .await
+            .unwrap();
+        store
+            .upsert_handle("a", "other", "tool", 60_000)
+            .await
+            .unwrap();
+        assert!(store.handle("x", "me").await.unwrap().is_none());
+        assert_eq!(
+            store.handle("x", "other").await.unwrap().unwrap().requester,
+            "other"
+        );
+        let mut owners = store.handle_requesters("a").await.unwrap();
+        owners.sort();
+        assert_eq!(owners, ["me", "other"]);
+
+        let all = store.list_handles("me", None, 10).await.unwrap();
+        let mut expected = all.clone();
+        expected.sort_by(|l, r| {
+            (l.task.created_at, &l.task.task_id).cmp(&(r.task.created_at, &r.task.task_id))
+        });
+        assert_eq!(ids(&all), ids(&expected));
+        assert_eq!(all.len(), 3);
+        let first = store.list_handles("me", None, 2).await.unwrap();
+        let last = &first[1].task;
+        let after = Some((last.created_at.timestamp_millis(), last.task_id.clone()));
+        let rest = store.list_handles("me", after, 2).await.unwrap();
+        assert_eq!([ids(&first), ids(&rest)].concat(), ids(&all));
+    }
+
+    #[tokio::test]
+    async fn expired_handles_vanish_at_once_and_are_purged() {
+        let (_dir, store) = store_with(&["a", "b"]).await;
+        assert!(
+            store
+                .upsert_handle("a", "me", "tool", 0)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        store
+            .upsert_handle("b", "me", "tool", 60_000)
+            .await
+            .unwrap();
+        assert!(store.handle("a", "me").await.unwrap().is_none());
+        assert_eq!(store.purge_expired_handles().await.unwrap(), 1);
+        assert!(store.handle("b", "me").await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn attaching_again_extends_but_never_shortens_the_ttl() {
+        let (_dir, store) = store_with(&["a"]).await;
+        let first = store
+            .upsert_handle("a", "me", "tool", 60_000)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(first.ttl_ms, 60_000);
+        let shorter = store
+            .upsert_handle("a", "me", "other", 1_000)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((shorter.ttl_ms, shorter.tool.as_str()), (60_000, "tool"));
+        let longer = store
+            .upsert_handle("a", "me", "tool", 120_000)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(longer.ttl_ms >= 120_000, "{}", longer.ttl_ms);
+    }
+}
