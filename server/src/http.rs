@@ -24,7 +24,9 @@ use tower_http::trace::TraceLayer;
 use crate::config::ServeArgs;
 use crate::engine::{Engine, EngineConfig, Env};
 use crate::kinds;
-use crate::mcp::{CLIENT_ID_HEADER, DurableServer, relay};
+use crate::mcp::{
+    AdaptState, CLIENT_ID_HEADER, DurableServer, TaskTtl, adapt_task_requests, relay,
+};
 use crate::store::Store;
 use crate::streams::StreamStore;
 use crate::streams::layer::{self, ResumeState};
@@ -33,6 +35,8 @@ use crate::streams::layer::{self, ResumeState};
 /// `trunk serve` during development).
 const LOOPBACK_ORIGINS: [&str; 3] = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"];
 const LOOPBACK_HOSTS: [&str; 3] = ["127.0.0.1", "localhost", "::1"];
+/// How long an MCP task handle is kept when its client does not ask (capped by `--retention`).
+const DEFAULT_TASK_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Opens the store, starts the engine (resuming unfinished tasks) and serves on `listener`
 /// until `shutdown` fires; then lets tasks checkpoint and returns.
@@ -170,11 +174,16 @@ fn router(
     config.session_store = Some(Arc::new(streams.clone()));
     let factory_shutdown = shutdown.clone();
     let factory_streams = streams.clone();
+    let task_ttl = TaskTtl {
+        default: DEFAULT_TASK_TTL.min(args.retention),
+        max: args.retention,
+    };
     let mcp = StreamableHttpService::new(
         move || {
             Ok(DurableServer::new(
                 engine.clone(),
                 factory_streams.clone(),
+                task_ttl,
                 factory_shutdown.clone(),
             ))
         },
@@ -190,6 +199,13 @@ fn router(
 
     Router::new()
         .route_service("/mcp", mcp)
+        .route_layer(axum::middleware::from_fn_with_state(
+            AdaptState {
+                streams: resume.streams.clone(),
+                max_body_bytes: args.max_body_bytes,
+            },
+            adapt_task_requests,
+        ))
         .route_layer(axum::middleware::from_fn_with_state(
             resume,
             layer::resumable,

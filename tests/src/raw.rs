@@ -98,6 +98,8 @@ pub struct RawSession {
     pub url: String,
     pub session_id: String,
     pub version: String,
+    /// The result of the `initialize` request.
+    pub initialized: Value,
 }
 
 impl RawSession {
@@ -127,19 +129,35 @@ impl RawSession {
             .unwrap()
             .to_owned();
         let mut sse = Sse::new(response);
-        sse.until(IO_TIMEOUT, |message| message.get("result").is_some())
+        let events = sse
+            .until(IO_TIMEOUT, |message| message.get("result").is_some())
             .await;
         let session = RawSession {
             http,
             url: url.to_owned(),
             session_id,
             version: version.to_owned(),
+            initialized: events.last().expect("initialize answer").json()["result"].clone(),
         };
         let accepted = session
             .post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
             .await;
         assert_eq!(accepted.status(), 202);
         session
+    }
+
+    /// The same session over new connections: pooled ones die with a killed server.
+    pub fn reconnected(&self) -> RawSession {
+        RawSession {
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(120))
+                .build()
+                .expect("http client"),
+            url: self.url.clone(),
+            session_id: self.session_id.clone(),
+            version: self.version.clone(),
+            initialized: self.initialized.clone(),
+        }
     }
 
     pub fn request(&self, method: reqwest::Method) -> reqwest::RequestBuilder {
@@ -162,6 +180,24 @@ impl RawSession {
 
     /// A request that must answer with a result; returns it.
     pub async fn call(&self, id: u64, method: &str, params: Value) -> Value {
+        let answer = self.answer(id, method, params).await;
+        answer
+            .get("result")
+            .cloned()
+            .unwrap_or_else(|| panic!("{method} failed: {answer}"))
+    }
+
+    /// A request that must answer with a JSON-RPC error; returns the error object.
+    pub async fn call_error(&self, id: u64, method: &str, params: Value) -> Value {
+        let answer = self.answer(id, method, params).await;
+        answer
+            .get("error")
+            .cloned()
+            .unwrap_or_else(|| panic!("{method} did not fail: {answer}"))
+    }
+
+    /// The JSON-RPC answer to a request.
+    async fn answer(&self, id: u64, method: &str, params: Value) -> Value {
         let response = self
             .post(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
             .await;
@@ -170,10 +206,7 @@ impl RawSession {
         let events = sse
             .until(IO_TIMEOUT, |message| message.get("id") == Some(&json!(id)))
             .await;
-        let last = events.last().unwrap().json();
-        last.get("result")
-            .cloned()
-            .unwrap_or_else(|| panic!("{method} failed: {last}"))
+        events.last().expect("an answer").json()
     }
 
     /// Opens the standalone GET stream, optionally resuming after `last_event_id`.

@@ -53,7 +53,7 @@ fn the_inspector_cli_lists_calls_and_reads() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path(), &["--time-scale", "0.01"]);
     let tools = json(&inspector(&server, &["--method", "tools/list"]));
-    assert_eq!(tools["tools"].as_array().unwrap().len(), 11);
+    assert_eq!(tools["tools"].as_array().unwrap().len(), 14);
     // The Inspector CLI has no resources/subscribe; it lists what can be followed instead.
     let templates = json(&inspector(
         &server,

@@ -35,7 +35,7 @@ fn the_python_sdk_client_lists_starts_follows_and_gets_errors() {
         report["connect_seconds"].as_f64().unwrap() < 5.0,
         "the discover probe must not wait for its timeout: {report}"
     );
-    assert_eq!(report["tools"].as_array().unwrap().len(), 11);
+    assert_eq!(report["tools"].as_array().unwrap().len(), 14);
     assert_eq!(report["final_status"], "completed");
     assert_eq!(report["result"]["processed"], 6);
     assert_eq!(report["bad_call_is_error"], true);

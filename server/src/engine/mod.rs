@@ -446,7 +446,8 @@ impl Engine {
         Ok(purged)
     }
 
-    /// Runs [`Engine::purge_finished`] every `every` until shutdown.
+    /// Runs [`Engine::purge_finished`], and deletes expired MCP task handles, every `every`
+    /// until shutdown.
     pub fn spawn_retention(&self, retention: Duration, every: Duration) {
         let engine = self.clone();
         let shutdown = self.inner.shutdown.clone();
@@ -459,6 +460,11 @@ impl Engine {
                 }
                 if let Err(e) = engine.purge_finished(Utc::now(), retention).await {
                     tracing::error!(error = %e, "retention sweep failed");
+                }
+                match engine.inner.store.purge_expired_handles().await {
+                    Ok(0) => {}
+                    Ok(purged) => tracing::info!(purged, "removed MCP task handles past their ttl"),
+                    Err(e) => tracing::error!(error = %e, "task handle sweep failed"),
                 }
             }
         });

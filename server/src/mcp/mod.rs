@@ -12,6 +12,7 @@ mod notify;
 mod prompts;
 pub mod relay;
 mod resources;
+mod tasks;
 mod tools;
 
 use std::collections::HashSet;
@@ -19,10 +20,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::model::{
-    GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
-    ListResourceTemplatesResult, ListResourcesResult, LoggingLevel, PaginatedRequestParams,
-    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
-    ServerConfig, SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, CustomRequest, CustomResult,
+    ErrorCode, GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult,
+    Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, LoggingLevel, PaginatedRequestParams, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
+    SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, tool_handler};
@@ -32,6 +35,7 @@ use crate::engine::{Engine, EngineError};
 use crate::streams::{PROTOCOL_VERSIONS, StreamStore};
 
 pub use durable_shared::CLIENT_ID_HEADER;
+pub use tasks::{AdaptState, TaskTtl, adapt_task_requests, legacy_capability, speaks_legacy_tasks};
 
 /// Everything one MCP session needs. Cloned per request by rmcp; the clones share state.
 #[derive(Clone)]
@@ -40,6 +44,7 @@ pub struct DurableServer {
     streams: StreamStore,
     session: Arc<SessionState>,
     shutdown: CancellationToken,
+    task_ttl: TaskTtl,
     tool_router: ToolRouter<DurableServer>,
 }
 
@@ -57,12 +62,18 @@ struct SessionState {
 }
 
 impl DurableServer {
-    pub fn new(engine: Engine, streams: StreamStore, shutdown: CancellationToken) -> Self {
+    pub fn new(
+        engine: Engine,
+        streams: StreamStore,
+        task_ttl: TaskTtl,
+        shutdown: CancellationToken,
+    ) -> Self {
         DurableServer {
             engine,
             streams,
             session: Arc::default(),
             shutdown,
+            task_ttl,
             tool_router: Self::tool_router(),
         }
     }
@@ -132,6 +143,7 @@ impl ServerHandler for DurableServer {
                 .enable_resources()
                 .enable_resources_subscribe()
                 .enable_logging()
+                .enable_tasks()
                 .build(),
         )
         .with_server_info(Implementation::new(
@@ -186,6 +198,67 @@ impl ServerHandler for DurableServer {
             }
         }
         self.start_forwarder(context.peer);
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let mut tools = self.tool_router.list_all();
+        tools.extend(tasks::task_only_tools());
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        self.call_tool_with_tasks(request, context).await
+    }
+
+    /// The 2025-11-25 task methods rmcp 3.11 does not model (see `tasks`).
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, McpError> {
+        match self
+            .private_request(&request.method, request.params, context)
+            .await
+        {
+            Some(result) => result.map(CustomResult),
+            None => Err(McpError::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!("method not found: {}", request.method),
+                None,
+            )),
+        }
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        self.get_task_extension(&request.task_id, &context).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.cancel_task_extension(&request.task_id, &context).await
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.update_task_extension(&request.task_id, &context).await
     }
 
     async fn list_prompts(

@@ -1,6 +1,7 @@
 //! Turns engine events into a session's notifications: `notifications/resources/updated` for
-//! the resources it subscribed to, and `notifications/message` log lines for the milestones of
-//! its own tasks and of tasks it subscribed to.
+//! the resources it subscribed to, `notifications/message` log lines for the milestones of its
+//! own tasks and of tasks it subscribed to, and MCP task status notifications for the tasks it
+//! holds a handle on.
 #![allow(
     deprecated,
     reason = "logging is deprecated by SEP-2577 but 2025-11-25 clients use it"
@@ -74,6 +75,9 @@ impl DurableServer {
         before: Option<TaskStatus>,
     ) -> Result<(), rmcp::service::ServiceError> {
         let task = &event.task;
+        if before != Some(task.status) {
+            self.notify_task_status(peer, task).await?;
+        }
         let subscribed: Vec<String> = {
             let subscriptions = self
                 .session

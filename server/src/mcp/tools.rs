@@ -385,9 +385,10 @@ impl DurableServer {
     }
 }
 
-/// What `resumable_data_processing` answers for a task in this state, or `None` while it is
-/// still to run. Shared with the relay, which answers the same call after a restart.
-pub(crate) fn processing_outcome(task: &TaskInfo) -> Option<CallToolResult> {
+/// What a task's tool call answers once the task has ended; `None` while it has not. Shared by
+/// `resumable_data_processing`, the relay that answers the same call after a restart, and
+/// `tasks/result`.
+pub(crate) fn final_outcome(task: &TaskInfo) -> Option<CallToolResult> {
     let task_id = &task.task_id;
     let error = |text: String| Some(CallToolResult::error(vec![ContentBlock::text(text)]));
     match task.status {
@@ -403,16 +404,24 @@ pub(crate) fn processing_outcome(task: &TaskInfo) -> Option<CallToolResult> {
             task.error.as_deref().unwrap_or_default()
         )),
         TaskStatus::Cancelled => error(format!(
-            "task {task_id} was cancelled after {}/{} records",
+            "task {task_id} was cancelled after {}/{}",
             task.progress, task.total
         )),
-        TaskStatus::Paused => error(format!(
-            "task {task_id} is paused after {}/{} records; call again with the same arguments \
-             (or resume_task) to continue from its checkpoint",
-            task.progress, task.total
-        )),
-        TaskStatus::Pending | TaskStatus::Running => None,
+        TaskStatus::Paused | TaskStatus::Pending | TaskStatus::Running => None,
     }
+}
+
+/// What `resumable_data_processing` answers for a task in this state, or `None` while it is
+/// still to run: a paused task ends the call, which can be made again to continue it.
+pub(crate) fn processing_outcome(task: &TaskInfo) -> Option<CallToolResult> {
+    if task.status != TaskStatus::Paused {
+        return final_outcome(task);
+    }
+    Some(CallToolResult::error(vec![ContentBlock::text(format!(
+        "task {} is paused after {}/{} records; call again with the same arguments \
+         (or resume_task) to continue from its checkpoint",
+        task.task_id, task.progress, task.total
+    ))]))
 }
 
 fn task_json(task: &TaskInfo) -> CallToolResult {

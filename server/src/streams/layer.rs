@@ -9,6 +9,8 @@
 //!   before the id reaches the client, so a later resume can be checked against it.
 //! - Priming events (empty data) reach only sessions on 2025-11-25 or later; the standalone
 //!   `GET` stream's priming event gets a stored id, so even a quiet stream can be resumed.
+//! - The initialize answer of a 2025-11-25 session gets the Tasks utility's `tasks` capability
+//!   (see `mcp::tasks`).
 //! - Sessions with requests or open streams are kept alive for the expiry sweep.
 
 use std::time::Duration;
@@ -23,6 +25,7 @@ use futures::StreamExt;
 use serde_json::json;
 
 use super::{EventId, OpenStream, StreamStore, negotiated, wants_priming};
+use crate::mcp::{legacy_capability, speaks_legacy_tasks};
 use crate::store::NewEvent;
 
 const SESSION_HEADER: &str = "mcp-session-id";
@@ -266,6 +269,21 @@ fn fields(text: &str) -> Fields<'_> {
     parsed
 }
 
+/// The SSE event `text` with `data` as its data.
+fn with_data(text: &str, data: &str) -> Bytes {
+    let mut event = String::with_capacity(text.len() + data.len());
+    for line in text.lines().filter(|line| !line.is_empty()) {
+        if !line.starts_with("data:") {
+            event.push_str(line);
+            event.push('\n');
+        }
+    }
+    event.push_str("data: ");
+    event.push_str(data);
+    event.push_str("\n\n");
+    Bytes::from(event)
+}
+
 impl Rewriter {
     async fn feed(&mut self, chunk: &[u8]) -> Bytes {
         self.buffer.extend_from_slice(chunk);
@@ -297,21 +315,25 @@ impl Rewriter {
         }
         let is_priming = parsed.data.trim().is_empty();
         if !is_priming {
-            return Some(match (self.priming, self.held.take()) {
-                (Priming::Decide, Some(held)) => {
-                    let version = serde_json::from_str::<serde_json::Value>(&parsed.data)
-                        .ok()
-                        .and_then(|message| {
-                            message["result"]["protocolVersion"]
-                                .as_str()
-                                .map(negotiated)
-                        });
-                    if version.is_some_and(wants_priming) {
-                        [held, event].concat().into()
-                    } else {
-                        event
-                    }
+            if self.priming != Priming::Decide {
+                return Some(event);
+            }
+            // The initialize answer: it names the version, and on 2025-11-25 or later it gets
+            // the Tasks utility's capability, which rmcp 3.11 does not model.
+            let mut answer = serde_json::from_str::<serde_json::Value>(&parsed.data).ok();
+            let version = answer
+                .as_ref()
+                .and_then(|answer| answer["result"]["protocolVersion"].as_str())
+                .map(negotiated);
+            let event = match &mut answer {
+                Some(answer) if version.is_some_and(speaks_legacy_tasks) => {
+                    answer["result"]["capabilities"]["tasks"] = legacy_capability();
+                    with_data(&text, &answer.to_string())
                 }
+                _ => event,
+            };
+            return Some(match self.held.take() {
+                Some(held) if version.is_some_and(wants_priming) => [held, event].concat().into(),
                 _ => event,
             });
         }

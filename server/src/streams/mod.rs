@@ -15,7 +15,10 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use rmcp::model::{ProtocolVersion, ServerJsonRpcMessage};
+use rmcp::model::{
+    CustomResult, JsonRpcResponse, JsonRpcVersion2_0, ProtocolVersion, ServerJsonRpcMessage,
+    ServerResult,
+};
 use rmcp::transport::common::server_side_http::ServerSseMessage;
 use rmcp::transport::streamable_http_server::session::{
     EventId as RmcpEventId, EventStore, EventStoreError, EventStream, SessionState, SessionStore,
@@ -68,7 +71,7 @@ struct Inner {
     /// Wakes the tails of a stream (by token) after each append.
     notifiers: Mutex<HashMap<String, Weak<Notify>>>,
     /// Negotiated protocol version of each session seen by this process.
-    versions: Mutex<HashMap<String, &'static str>>,
+    sessions: Mutex<HashMap<String, SessionProfile>>,
     /// Open SSE responses per session: a session with one is in use, however quiet.
     open_streams: Mutex<HashMap<String, usize>>,
     /// Sessions that made a request since the last sweep.
@@ -85,7 +88,7 @@ impl StreamStore {
             inner: Arc::new(Inner {
                 store,
                 notifiers: Mutex::default(),
-                versions: Mutex::default(),
+                sessions: Mutex::default(),
                 open_streams: Mutex::default(),
                 seen: Mutex::default(),
                 instance: uuid::Uuid::new_v4().to_string(),
@@ -121,27 +124,37 @@ impl StreamStore {
 
     /// The negotiated protocol version of a session, from memory or the store.
     pub async fn session_version(&self, session_id: &str) -> Option<&'static str> {
-        if let Some(version) = self
-            .inner
-            .versions
-            .lock()
-            .expect("versions lock")
-            .get(session_id)
-        {
-            return Some(version);
-        }
-        let (_, requested) = self.inner.store.load_session(session_id).await.ok()??;
-        let version = negotiated(&requested);
-        self.remember_version(session_id, version);
-        Some(version)
+        Some(self.session_profile(session_id).await?.version)
     }
 
-    fn remember_version(&self, session_id: &str, version: &'static str) {
-        self.inner
-            .versions
+    /// What the server knows of a session from its initialize request, from memory or the store.
+    pub async fn session_profile(&self, session_id: &str) -> Option<SessionProfile> {
+        if let Some(profile) = self
+            .inner
+            .sessions
             .lock()
-            .expect("versions lock")
-            .insert(session_id.to_owned(), version);
+            .expect("sessions lock")
+            .get(session_id)
+        {
+            return Some(*profile);
+        }
+        let (state, _) = self.inner.store.load_session(session_id).await.ok()??;
+        let state: SessionState = serde_json::from_str(&state).ok()?;
+        Some(self.remember(session_id, &state))
+    }
+
+    fn remember(&self, session_id: &str, state: &SessionState) -> SessionProfile {
+        let params = &state.initialize_params;
+        let profile = SessionProfile {
+            version: negotiated(params.protocol_version.as_str()),
+            tasks_extension: params.capabilities.supports_tasks(),
+        };
+        self.inner
+            .sessions
+            .lock()
+            .expect("sessions lock")
+            .insert(session_id.to_owned(), profile);
+        profile
     }
 
     /// Notes that a session made a request; the next sweep refreshes its last-seen time.
@@ -195,9 +208,9 @@ impl StreamStore {
         for id in store.idle_sessions(now - ttl.as_millis() as i64).await? {
             if !open.contains(&id) && store.delete_session(&id).await? {
                 self.inner
-                    .versions
+                    .sessions
                     .lock()
-                    .expect("versions lock")
+                    .expect("sessions lock")
                     .remove(&id);
                 expired.push(id);
             }
@@ -297,13 +310,25 @@ impl StreamStore {
     }
 }
 
+/// A stored message as it is sent again. A response keeps its result exactly as stored: parsed
+/// into rmcp's typed results, fields its types do not model (the 2025-11-25 task shapes, tools'
+/// `execution`) would be lost, or the result taken for another type.
+fn replayed(text: &str) -> Result<ServerJsonRpcMessage, serde_json::Error> {
+    let mut value: serde_json::Value = serde_json::from_str(text)?;
+    let id = value.get("id").cloned();
+    if let (Some(id), Some(result)) = (id, value.get_mut("result")) {
+        return Ok(ServerJsonRpcMessage::Response(JsonRpcResponse {
+            jsonrpc: JsonRpcVersion2_0,
+            id: serde_json::from_value(id)?,
+            result: ServerResult::CustomResult(CustomResult(result.take())),
+        }));
+    }
+    serde_json::from_value(value)
+}
+
 /// An SSE event from the store, and whether it ends its stream (a response or error).
 fn decode(token: &str, event: &StoredEvent) -> Result<(ServerSseMessage, bool), serde_json::Error> {
-    let message = event
-        .message
-        .as_deref()
-        .map(serde_json::from_str::<ServerJsonRpcMessage>)
-        .transpose()?;
+    let message = event.message.as_deref().map(replayed).transpose()?;
     let last = matches!(
         message,
         Some(ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_))
@@ -319,6 +344,15 @@ fn decode(token: &str, event: &StoredEvent) -> Result<(ServerSseMessage, bool), 
     };
     sse.retry = event.retry_ms.map(Duration::from_millis);
     Ok((sse, last))
+}
+
+/// What a session's initialize request said that the HTTP layer needs.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionProfile {
+    /// The negotiated protocol version.
+    pub version: &'static str,
+    /// Whether the client declared the `io.modelcontextprotocol/tasks` extension (SEP-2663).
+    pub tasks_extension: bool,
 }
 
 /// Keeps a session counted as having an open stream while alive.
@@ -402,17 +436,18 @@ impl EventStore for StreamStore {
 #[async_trait::async_trait]
 impl SessionStore for StreamStore {
     async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
-        let Some((state, requested)) = self.inner.store.load_session(session_id).await? else {
+        let Some((state, _)) = self.inner.store.load_session(session_id).await? else {
             return Ok(None);
         };
-        self.remember_version(session_id, negotiated(&requested));
+        let state: SessionState = serde_json::from_str(&state)?;
+        self.remember(session_id, &state);
         tracing::info!(session_id, "restoring session from the store");
-        Ok(Some(serde_json::from_str(&state)?))
+        Ok(Some(state))
     }
 
     async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
         let requested = state.initialize_params.protocol_version.to_string();
-        self.remember_version(session_id, negotiated(&requested));
+        self.remember(session_id, state);
         self.inner
             .store
             .save_session(session_id, serde_json::to_string(state)?, requested)
@@ -422,9 +457,9 @@ impl SessionStore for StreamStore {
 
     async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
         self.inner
-            .versions
+            .sessions
             .lock()
-            .expect("versions lock")
+            .expect("sessions lock")
             .remove(session_id);
         self.inner.store.delete_session(session_id).await?;
         Ok(())

@@ -1,0 +1,763 @@
+//! MCP Tasks on the durable engine: a task-augmented `tools/call` answers at once with a task
+//! handle whose id is the engine task's id, so the task survives everything the engine's tasks
+//! survive, a `kill -9` of the server included.
+//!
+//! Two shapes of the protocol are served:
+//!
+//! - The Tasks utility of protocol 2025-11-25 (SEP-1686): the client asks for a task with a
+//!   `task: {ttl}` field on `tools/call` and gets `{task}` back; `tasks/get`, `tasks/result`,
+//!   `tasks/list` and `tasks/cancel`; `notifications/tasks/status`. rmcp 3.11 no longer models
+//!   this shape: its parser drops the `task` field of `tools/call`, refuses `tasks/get` and
+//!   `tasks/cancel` from clients without the extension, and its `Tool` has no `execution`. So
+//!   [`adapt_task_requests`] renames those requests (and `tools/list`) to server-private
+//!   methods that [`DurableServer::private_request`] answers in this shape, and the initialize
+//!   answer gets the `tasks` capability on its way out (see `streams::layer`).
+//! - The `io.modelcontextprotocol/tasks` extension (SEP-2663) for clients that declare it:
+//!   the server decides to answer a task-capable tool with `CallToolResponse::Task`, and rmcp
+//!   dispatches `tasks/get`, `tasks/update` and `tasks/cancel` to the `ServerHandler` methods.
+//!
+//! Engine statuses map onto MCP statuses as: pending and running are `working`; paused is
+//! `working` too (MCP has no paused status; `input_required` would tell the client to send
+//! input), with a status message saying it is paused and how to resume it; completed, failed and
+//! cancelled map to themselves.
+//!
+//! A handle belongs to the client whose call created it (its `X-Client-Id`, else its session):
+//! another client's `tasks/get`, `tasks/result` or `tasks/cancel` is told the task does not exist.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, SecondsFormat, Utc};
+use durable_shared::TaskInfo;
+use durable_shared::kinds::{BATCH_PROCESSING, DATA_MIGRATION, DATA_PROCESSING, ML_TRAINING};
+use rmcp::handler::server::common::schema_for_type;
+use rmcp::handler::server::tool::ToolCallContext;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CreateTaskResult, CustomNotification, DetailedTask,
+    ErrorCode, JsonObject, ServerNotification, Task as McpTask, TaskPayload,
+    TaskStatus as McpStatus, TaskStatusNotificationParams, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
+
+use super::tools::{ProcessingToolParams, final_outcome};
+use super::{DurableServer, to_mcp};
+use crate::engine::EngineError;
+use crate::kinds::batch::BatchParams;
+use crate::kinds::migration::MigrationParams;
+use crate::kinds::training::TrainingParams;
+use crate::store::TaskHandle;
+use crate::streams::{StreamStore, negotiated};
+
+/// `_meta` key tying a message to its task (2025-11-25).
+pub const RELATED_TASK_META_KEY: &str = "io.modelcontextprotocol/related-task";
+/// The first protocol version with the Tasks utility.
+const TASKS_VERSION: &str = "2025-11-25";
+/// Suggested pause between two `tasks/get` of one task: about one step of the task kinds here.
+const POLL_INTERVAL_MS: u64 = 1_000;
+/// Handles per `tasks/list` page.
+pub const TASKS_PAGE_SIZE: usize = 20;
+/// The shortest ttl granted, whatever is asked: a handle must outlive the answer creating it.
+const MIN_TTL: Duration = Duration::from_secs(1);
+
+/// How long task handles are kept: `default` when the client does not say, never more than
+/// `max` (the engine's retention, so a handle never outlives its task).
+#[derive(Debug, Clone, Copy)]
+pub struct TaskTtl {
+    pub default: Duration,
+    pub max: Duration,
+}
+
+/// A tool's `execution.taskSupport`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskSupport {
+    Forbidden,
+    Optional,
+    Required,
+}
+
+impl TaskSupport {
+    fn as_str(self) -> &'static str {
+        match self {
+            TaskSupport::Forbidden => "forbidden",
+            TaskSupport::Optional => "optional",
+            TaskSupport::Required => "required",
+        }
+    }
+}
+
+const PROCESSING_TOOL: &str = "resumable_data_processing";
+
+/// The tools that run only as tasks: each runs one task kind to its end, and the task's result
+/// is the kind's final report (the `start_*` tools are their plain-call counterparts).
+const TASK_ONLY_TOOLS: [(&str, &str, &str); 3] = [
+    (
+        "run_data_migration",
+        DATA_MIGRATION,
+        "Run a data migration as an MCP task (task-augmented calls only; start_data_migration \
+         is the plain-call form). Same arguments as start_data_migration; the task's result is \
+         the migration report.",
+    ),
+    (
+        "run_batch_processing",
+        BATCH_PROCESSING,
+        "Run batch processing as an MCP task (task-augmented calls only; start_batch_processing \
+         is the plain-call form). Same arguments as start_batch_processing; the task's result \
+         holds the digest over every item.",
+    ),
+    (
+        "run_ml_training",
+        ML_TRAINING,
+        "Train the logistic-regression model as an MCP task (task-augmented calls only; \
+         start_ml_training is the plain-call form). Same arguments as start_ml_training; the \
+         task's result holds final loss, accuracy and the per-epoch series.",
+    ),
+];
+
+pub fn task_support(tool: &str) -> TaskSupport {
+    if tool == PROCESSING_TOOL {
+        TaskSupport::Optional
+    } else if TASK_ONLY_TOOLS.iter().any(|(name, ..)| *name == tool) {
+        TaskSupport::Required
+    } else {
+        TaskSupport::Forbidden
+    }
+}
+
+/// The listing of the task-only tools.
+pub(super) fn task_only_tools() -> Vec<Tool> {
+    TASK_ONLY_TOOLS
+        .iter()
+        .map(|(name, kind, description)| {
+            let schema = match *kind {
+                DATA_MIGRATION => schema_for_type::<MigrationParams>(),
+                BATCH_PROCESSING => schema_for_type::<BatchParams>(),
+                _ => schema_for_type::<TrainingParams>(),
+            };
+            Tool::new(*name, *description, schema)
+        })
+        .collect()
+}
+
+/// The `capabilities.tasks` object of protocol 2025-11-25, added to initialize answers.
+pub fn legacy_capability() -> Value {
+    json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}})
+}
+
+/// Whether a session on `requested_version` speaks the 2025-11-25 Tasks utility.
+pub fn speaks_legacy_tasks(requested_version: &str) -> bool {
+    negotiated(requested_version) >= TASKS_VERSION
+}
+
+/// Server-private methods the 2025-11-25 task requests are renamed to.
+const PRIVATE_CALL: &str = "durable-mcp/tasks/call";
+const PRIVATE_GET: &str = "durable-mcp/tasks/get";
+const PRIVATE_CANCEL: &str = "durable-mcp/tasks/cancel";
+const PRIVATE_LIST_TOOLS: &str = "durable-mcp/tools/list";
+
+/// What [`adapt_task_requests`] needs.
+#[derive(Clone)]
+pub struct AdaptState {
+    pub streams: StreamStore,
+    pub max_body_bytes: usize,
+}
+
+/// Renames the `POST /mcp` requests rmcp 3.11 would mishandle to server-private methods with
+/// the same id and params (see the module comment): `tools/list`, a `tools/call` with a `task`
+/// field, and `tasks/get` and `tasks/cancel` from clients that did not declare the extension.
+/// Every other body is passed on byte for byte.
+pub async fn adapt_task_requests(
+    State(state): State<AdaptState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if request.method() != Method::POST {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let limit = state.max_body_bytes;
+    let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
+        let body = json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": {"code": -32600, "message": format!("request body exceeds {limit} bytes")},
+        });
+        return (StatusCode::PAYLOAD_TOO_LARGE, axum::Json(body)).into_response();
+    };
+    let mentions = |needle: &[u8]| bytes.windows(needle.len()).any(|window| window == needle);
+    let mut body = Body::from(bytes.clone());
+    if (mentions(b"tools/") || mentions(b"tasks/"))
+        && let Ok(mut message) = serde_json::from_slice::<Value>(&bytes)
+    {
+        let session = parts
+            .headers
+            .get("mcp-session-id")
+            .and_then(|value| value.to_str().ok());
+        let declared = match session {
+            Some(session) => state
+                .streams
+                .session_profile(session)
+                .await
+                .is_some_and(|profile| profile.tasks_extension),
+            None => false,
+        } || mentions(rmcp::model::TASKS_EXTENSION_ID.as_bytes());
+        if let Some(private) = private_method(&message, declared) {
+            message["method"] = json!(private);
+            body = Body::from(message.to_string());
+        }
+    }
+    next.run(Request::from_parts(parts, body)).await
+}
+
+fn private_method(message: &Value, tasks_extension: bool) -> Option<&'static str> {
+    match message["method"].as_str()? {
+        "tools/list" => Some(PRIVATE_LIST_TOOLS),
+        "tools/call" if message["params"].get("task").is_some() => Some(PRIVATE_CALL),
+        "tasks/get" if !tasks_extension => Some(PRIVATE_GET),
+        "tasks/cancel" if !tasks_extension => Some(PRIVATE_CANCEL),
+        _ => None,
+    }
+}
+
+fn declares_extension(ctx: &RequestContext<RoleServer>) -> bool {
+    ctx.client_capabilities()
+        .is_some_and(|capabilities| capabilities.supports_tasks())
+}
+
+fn iso(time: DateTime<Utc>) -> String {
+    time.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// The MCP status of an engine task and the message shown with it.
+fn mcp_status(task: &TaskInfo) -> (McpStatus, String) {
+    use durable_shared::TaskStatus as Engine;
+    let progress = format!("{}/{}", task.progress, task.total);
+    match task.status {
+        Engine::Pending | Engine::Running => (McpStatus::Working, task.message.clone()),
+        Engine::Paused => (
+            McpStatus::Working,
+            format!("paused at {progress}; resume_task (or the dashboard) continues it"),
+        ),
+        Engine::Completed => (McpStatus::Completed, task.message.clone()),
+        Engine::Failed => (
+            McpStatus::Failed,
+            task.error.clone().unwrap_or_else(|| task.message.clone()),
+        ),
+        Engine::Cancelled => (McpStatus::Cancelled, format!("cancelled at {progress}")),
+    }
+}
+
+/// A handle in the 2025-11-25 `Task` shape.
+fn legacy_task(handle: &TaskHandle) -> Value {
+    let (status, message) = mcp_status(&handle.task);
+    json!({
+        "taskId": handle.task.task_id,
+        "status": status,
+        "statusMessage": message,
+        "createdAt": iso(handle.task.created_at),
+        "lastUpdatedAt": iso(handle.task.updated_at),
+        "ttl": handle.ttl_ms,
+        "pollInterval": POLL_INTERVAL_MS,
+    })
+}
+
+/// A handle in the SEP-2663 `Task` shape.
+fn extension_task(handle: &TaskHandle) -> McpTask {
+    let (status, message) = mcp_status(&handle.task);
+    McpTask::new(
+        handle.task.task_id.clone(),
+        status,
+        iso(handle.task.created_at),
+        iso(handle.task.updated_at),
+    )
+    .with_status_message(message)
+    .with_ttl_ms(handle.ttl_ms)
+    .with_poll_interval_ms(POLL_INTERVAL_MS)
+}
+
+/// A handle in the SEP-2663 `DetailedTask` shape: a completed task carries the tool's result,
+/// a failed one the error.
+fn detailed_task(handle: &TaskHandle) -> DetailedTask {
+    use durable_shared::TaskStatus as Engine;
+    let task = &handle.task;
+    let payload = match task.status {
+        Engine::Completed => TaskPayload::Completed {
+            result: outcome_object(task),
+        },
+        Engine::Failed => {
+            let mut error = JsonObject::new();
+            error.insert("code".into(), json!(ErrorCode::INTERNAL_ERROR.0));
+            error.insert(
+                "message".into(),
+                json!(format!(
+                    "task {} failed: {}",
+                    task.task_id,
+                    task.error.as_deref().unwrap_or_default()
+                )),
+            );
+            TaskPayload::Failed { error }
+        }
+        Engine::Cancelled => TaskPayload::Cancelled,
+        Engine::Pending | Engine::Running | Engine::Paused => TaskPayload::Working,
+    };
+    DetailedTask::new(extension_task(handle), payload)
+}
+
+/// What the task's tool call returns once it has ended, as a JSON object: exactly what the
+/// plain call answers on the sessions served here (rmcp leaves out `resultType: "complete"`
+/// before protocol 2026-07-28).
+fn outcome_object(task: &TaskInfo) -> JsonObject {
+    let mut result = match final_outcome(task).map(serde_json::to_value) {
+        Some(Ok(Value::Object(result))) => result,
+        _ => JsonObject::new(),
+    };
+    result.remove("resultType");
+    result
+}
+
+fn unknown_task(task_id: &str) -> McpError {
+    McpError::invalid_params(
+        format!(
+            "unknown task {task_id}: no task handle with this id belongs to you (handles are \
+             kept for their ttl, counted from the task's creation)"
+        ),
+        None,
+    )
+}
+
+fn parse_arguments<T: DeserializeOwned>(call: &CallToolRequestParams) -> Result<T, McpError> {
+    let arguments = Value::Object(call.arguments.clone().unwrap_or_default());
+    serde_json::from_value(arguments).map_err(|e| {
+        McpError::invalid_params(format!("invalid arguments for {}: {e}", call.name), None)
+    })
+}
+
+/// The ttl a 2025-11-25 `task` field asks for, in ms.
+fn requested_ttl(field: &Value) -> Result<Option<u64>, McpError> {
+    let invalid = || {
+        McpError::invalid_params(
+            "task must be an object whose optional ttl is a whole number of milliseconds",
+            None,
+        )
+    };
+    let Value::Object(field) = field else {
+        return Err(invalid());
+    };
+    match field.get("ttl") {
+        None | Some(Value::Null) => Ok(None),
+        Some(ttl) => ttl.as_u64().map(Some).ok_or_else(invalid),
+    }
+}
+
+impl DurableServer {
+    fn granted_ttl(&self, requested_ms: Option<u64>) -> u64 {
+        let requested = requested_ms.map_or(self.task_ttl.default, Duration::from_millis);
+        requested
+            .clamp(MIN_TTL, self.task_ttl.max.max(MIN_TTL))
+            .as_millis() as u64
+    }
+
+    /// Starts (or, for the processing tool, attaches to) the engine task of a task-augmented
+    /// call and gives the caller a handle on it.
+    async fn create_task(
+        &self,
+        call: &CallToolRequestParams,
+        ttl_ms: u64,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<TaskHandle, McpError> {
+        let tool = call.name.as_ref();
+        let started = if tool == PROCESSING_TOOL {
+            let params: ProcessingToolParams = parse_arguments(call)?;
+            let owner = self.client_id(params.client_id.clone(), ctx);
+            let params = serde_json::to_value(&params.job).expect("parameters serialize");
+            self.engine
+                .start_or_attach(DATA_PROCESSING, &owner, params)
+                .await
+        } else {
+            let (_, kind, _) = TASK_ONLY_TOOLS
+                .iter()
+                .find(|(name, ..)| *name == tool)
+                .ok_or_else(|| {
+                    McpError::invalid_params(format!("tool {tool} cannot run as a task"), None)
+                })?;
+            let params = match *kind {
+                DATA_MIGRATION => serde_json::to_value(parse_arguments::<MigrationParams>(call)?),
+                BATCH_PROCESSING => serde_json::to_value(parse_arguments::<BatchParams>(call)?),
+                _ => serde_json::to_value(parse_arguments::<TrainingParams>(call)?),
+            }
+            .expect("parameters serialize");
+            let owner = self.client_id(None, ctx);
+            self.engine.start(kind, &owner, params).await
+        };
+        let task = started.map_err(|e| match e {
+            EngineError::Store(_) => to_mcp(e),
+            other => McpError::invalid_params(other.to_string(), None),
+        })?;
+        // Last, so the session remembers the caller's own identity for status notifications.
+        let requester = self.client_id(None, ctx);
+        self.engine
+            .store()
+            .upsert_handle(&task.task_id, &requester, tool, ttl_ms)
+            .await
+            .map_err(|e| to_mcp(e.into()))?
+            .ok_or_else(|| McpError::internal_error("the new task handle expired at once", None))
+    }
+
+    async fn owned_handle(
+        &self,
+        task_id: &str,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<TaskHandle, McpError> {
+        let requester = self.client_id(None, ctx);
+        self.engine
+            .store()
+            .handle(task_id.trim(), &requester)
+            .await
+            .map_err(|e| to_mcp(e.into()))?
+            .ok_or_else(|| unknown_task(task_id))
+    }
+
+    /// Cancels the caller's task; a task that has ended is refused (its status never changes).
+    async fn cancel_owned(
+        &self,
+        task_id: &str,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<TaskHandle, McpError> {
+        let handle = self.owned_handle(task_id, ctx).await?;
+        let refused = |status| {
+            McpError::invalid_params(
+                format!(
+                    "cannot cancel task {}: it is already {status}, and a finished task's status \
+                     never changes",
+                    handle.task.task_id
+                ),
+                None,
+            )
+        };
+        if handle.task.status.is_terminal() {
+            return Err(refused(handle.task.status));
+        }
+        match self.engine.cancel(&handle.task.task_id).await {
+            Ok(task) => Ok(TaskHandle { task, ..handle }),
+            Err(EngineError::InvalidState { status, .. }) => Err(refused(status)),
+            Err(e) => Err(to_mcp(e)),
+        }
+    }
+
+    /// Waits until the caller's task has ended (or the request is cancelled).
+    async fn ended(
+        &self,
+        task_id: &str,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<TaskHandle, McpError> {
+        // Subscribe before reading, so an end right after the read is not missed.
+        let mut events = self.engine.subscribe();
+        loop {
+            let handle = self.owned_handle(task_id, ctx).await?;
+            if handle.task.status.is_terminal() {
+                return Ok(handle);
+            }
+            loop {
+                let event = tokio::select! {
+                    _ = ctx.ct.cancelled() => {
+                        return Err(McpError::invalid_request("request cancelled; the task continues", None));
+                    }
+                    _ = self.shutdown.cancelled() => {
+                        return Err(McpError::internal_error("server is shutting down; ask again after it restarts", None));
+                    }
+                    event = events.recv() => event,
+                };
+                match event {
+                    Ok(event)
+                        if event.task.task_id == handle.task.task_id
+                            && event.task.status.is_terminal() =>
+                    {
+                        break;
+                    }
+                    Ok(_) => {}
+                    Err(RecvError::Lagged(_)) => break,
+                    Err(RecvError::Closed) => {
+                        return Err(McpError::internal_error("server is shutting down", None));
+                    }
+                }
+            }
+        }
+    }
+
+    /// `tools/call` with the task policy: a client that declared the extension gets a task for
+    /// a task-capable tool; a task-only tool called without any task is refused.
+    pub(super) async fn call_tool_with_tasks(
+        &self,
+        call: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        match (task_support(&call.name), declares_extension(&ctx)) {
+            (TaskSupport::Forbidden, _) | (TaskSupport::Optional, false) => {
+                let call = ToolCallContext::new(self, call, ctx);
+                self.tool_router.call(call).await
+            }
+            (TaskSupport::Required, false) => Err(McpError::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!(
+                    "tool {} runs only as a task (its execution.taskSupport is \"required\"): \
+                     call it with a task field (MCP 2025-11-25) or declare the {} extension",
+                    call.name,
+                    rmcp::model::TASKS_EXTENSION_ID
+                ),
+                None,
+            )),
+            (_, true) => {
+                let handle = self
+                    .create_task(&call, self.granted_ttl(None), &ctx)
+                    .await?;
+                Ok(CallToolResponse::Task(CreateTaskResult::new(
+                    extension_task(&handle),
+                )))
+            }
+        }
+    }
+
+    /// A 2025-11-25 task-augmented `tools/call`.
+    async fn call_tool_legacy(
+        &self,
+        params: Option<Value>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Value, McpError> {
+        let params = params.unwrap_or_default();
+        let call: CallToolRequestParams = serde_json::from_value(params.clone())
+            .map_err(|e| McpError::invalid_params(format!("invalid tools/call: {e}"), None))?;
+        if task_support(&call.name) == TaskSupport::Forbidden {
+            if !self.has_tool(&call.name) {
+                return Err(McpError::invalid_params(
+                    format!("unknown tool {}", call.name),
+                    None,
+                ));
+            }
+            return Err(McpError::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!(
+                    "tool {} does not run as a task (its execution.taskSupport is \
+                     \"forbidden\"); call it without the task field",
+                    call.name
+                ),
+                None,
+            ));
+        }
+        let ttl = self.granted_ttl(requested_ttl(&params["task"])?);
+        let handle = self.create_task(&call, ttl, ctx).await?;
+        Ok(json!({"task": legacy_task(&handle)}))
+    }
+
+    fn has_tool(&self, name: &str) -> bool {
+        self.tool_router.has_route(name) || task_support(name) != TaskSupport::Forbidden
+    }
+
+    /// 2025-11-25 `tasks/list`: the caller's handles in creation order, a page at a time.
+    async fn list_tasks_legacy(
+        &self,
+        params: Option<Value>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Value, McpError> {
+        let cursor = params
+            .as_ref()
+            .and_then(|params| params.get("cursor"))
+            .filter(|cursor| !cursor.is_null());
+        let after = match cursor {
+            None => None,
+            Some(cursor) => Some(parse_cursor(cursor).ok_or_else(|| {
+                McpError::invalid_params(
+                    "invalid cursor: pass the nextCursor of the previous tasks/list answer",
+                    None,
+                )
+            })?),
+        };
+        let requester = self.client_id(None, ctx);
+        let mut page = self
+            .engine
+            .store()
+            .list_handles(&requester, after, TASKS_PAGE_SIZE + 1)
+            .await
+            .map_err(|e| to_mcp(e.into()))?;
+        let next = (page.len() > TASKS_PAGE_SIZE).then(|| {
+            page.truncate(TASKS_PAGE_SIZE);
+            let last = &page[TASKS_PAGE_SIZE - 1].task;
+            format!("{}:{}", last.created_at.timestamp_millis(), last.task_id)
+        });
+        let tasks: Vec<Value> = page.iter().map(legacy_task).collect();
+        let mut result = json!({ "tasks": tasks });
+        if let Some(next) = next {
+            result["nextCursor"] = json!(next);
+        }
+        Ok(result)
+    }
+
+    /// 2025-11-25 `tasks/result`: waits for the end, then answers exactly what the tool call
+    /// answers, tied to the task in `_meta`.
+    async fn task_result_legacy(
+        &self,
+        params: Option<Value>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Value, McpError> {
+        let task_id = task_id_param(params.as_ref())?;
+        let handle = self.ended(&task_id, ctx).await?;
+        let mut result = Value::Object(outcome_object(&handle.task));
+        result["_meta"][RELATED_TASK_META_KEY] = json!({"taskId": handle.task.task_id});
+        Ok(result)
+    }
+
+    /// Answers the methods rmcp does not know: the 2025-11-25 `tasks/list` and `tasks/result`,
+    /// and the private methods [`adapt_task_requests`] renamed requests to. `None` for any other
+    /// method.
+    pub(super) async fn private_request(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Option<Result<Value, McpError>> {
+        Some(match method {
+            "tasks/list" => self.list_tasks_legacy(params, &ctx).await,
+            "tasks/result" => self.task_result_legacy(params, &ctx).await,
+            PRIVATE_CALL => self.call_tool_legacy(params, &ctx).await,
+            PRIVATE_GET => match task_id_param(params.as_ref()) {
+                Ok(task_id) => self
+                    .owned_handle(&task_id, &ctx)
+                    .await
+                    .map(|handle| legacy_task(&handle)),
+                Err(e) => Err(e),
+            },
+            PRIVATE_CANCEL => match task_id_param(params.as_ref()) {
+                Ok(task_id) => self
+                    .cancel_owned(&task_id, &ctx)
+                    .await
+                    .map(|handle| legacy_task(&handle)),
+                Err(e) => Err(e),
+            },
+            PRIVATE_LIST_TOOLS => self.list_tools_with_task_support(ctx).await,
+            _ => return None,
+        })
+    }
+
+    /// `tools/list` with each tool's `execution.taskSupport` (rmcp 3.11's `Tool` has no
+    /// `execution` field).
+    async fn list_tools_with_task_support(
+        &self,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Value, McpError> {
+        let list = ServerHandler::list_tools(self, None, ctx).await?;
+        let mut value = serde_json::to_value(&list)
+            .map_err(|e| McpError::internal_error(format!("tools/list: {e}"), None))?;
+        if let Value::Object(fields) = &mut value {
+            // rmcp strips the `complete` discriminator for sessions before 2026-07-28.
+            fields.remove("resultType");
+        }
+        if let Some(tools) = value.get_mut("tools").and_then(Value::as_array_mut) {
+            for tool in tools {
+                let support = task_support(tool["name"].as_str().unwrap_or_default());
+                tool["execution"] = json!({"taskSupport": support.as_str()});
+            }
+        }
+        Ok(value)
+    }
+
+    /// SEP-2663 `tasks/get`.
+    pub(super) async fn get_task_extension(
+        &self,
+        task_id: &str,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, McpError> {
+        let handle = self.owned_handle(task_id, ctx).await?;
+        Ok(rmcp::model::GetTaskResult::new(detailed_task(&handle)))
+    }
+
+    /// SEP-2663 `tasks/cancel`.
+    pub(super) async fn cancel_task_extension(
+        &self,
+        task_id: &str,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.cancel_owned(task_id, ctx).await.map(drop)
+    }
+
+    /// SEP-2663 `tasks/update`: these tasks never ask for input, so there is nothing to answer.
+    pub(super) async fn update_task_extension(
+        &self,
+        task_id: &str,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let handle = self.owned_handle(task_id, ctx).await?;
+        Err(McpError::invalid_params(
+            format!(
+                "task {} is not waiting for input: this server's tasks never ask for any",
+                handle.task.task_id
+            ),
+            None,
+        ))
+    }
+
+    /// Tells this session about a status change of `task`, if it holds a handle on it: in the
+    /// shape the session speaks.
+    pub(super) async fn notify_task_status(
+        &self,
+        peer: &Peer<RoleServer>,
+        task: &TaskInfo,
+    ) -> Result<(), rmcp::service::ServiceError> {
+        let Some(info) = peer.peer_info() else {
+            return Ok(());
+        };
+        let extension = info.capabilities.supports_tasks();
+        if !extension && !speaks_legacy_tasks(info.protocol_version.as_str()) {
+            return Ok(());
+        }
+        let Some(client_id) = self
+            .session
+            .client_id
+            .lock()
+            .expect("client id lock")
+            .clone()
+        else {
+            return Ok(());
+        };
+        let handle = match self.engine.store().handle(&task.task_id, &client_id).await {
+            Ok(Some(handle)) => TaskHandle {
+                task: task.clone(),
+                ..handle
+            },
+            Ok(None) => return Ok(()),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot look up a task handle");
+                return Ok(());
+            }
+        };
+        let notification = if extension {
+            ServerNotification::TaskStatusNotification(rmcp::model::TaskStatusNotification::new(
+                TaskStatusNotificationParams::new(detailed_task(&handle)),
+            ))
+        } else {
+            ServerNotification::CustomNotification(CustomNotification::new(
+                "notifications/tasks/status",
+                Some(legacy_task(&handle)),
+            ))
+        };
+        peer.send_notification(notification).await
+    }
+}
+
+fn task_id_param(params: Option<&Value>) -> Result<String, McpError> {
+    params
+        .and_then(|params| params.get("taskId"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .ok_or_else(|| McpError::invalid_params("taskId (a string) is required", None))
+}
+
+fn parse_cursor(cursor: &Value) -> Option<(i64, String)> {
+    let (ms, id) = cursor.as_str()?.split_once(':')?;
+    Some((ms.parse().ok()?, id.to_owned()))
+}
