@@ -46,6 +46,9 @@ async fn every_tool_is_listed_with_a_described_bounded_schema() {
         "list_session_tasks",
         "get_checkpoint_stats",
         "get_session_info",
+        "run_data_migration",
+        "run_batch_processing",
+        "run_ml_training",
     ]
     .into();
     assert_eq!(names, expected);
