@@ -25,7 +25,8 @@ use crate::config::ServeArgs;
 use crate::engine::{Engine, EngineConfig, Env};
 use crate::kinds;
 use crate::mcp::{
-    AdaptState, CLIENT_ID_HEADER, DurableServer, TaskTtl, adapt_task_requests, relay,
+    AdaptState, CLIENT_ID_HEADER, DurableServer, TaskTtl, adapt_task_requests, legacy_capability,
+    relay,
 };
 use crate::store::Store;
 use crate::streams::StreamStore;
@@ -195,6 +196,11 @@ fn router(
         sse_retry: args.sse_retry,
         origin_allowed,
         origins: Arc::new(origins.clone()),
+        added_capabilities: Arc::new(
+            [("tasks".to_owned(), legacy_capability())]
+                .into_iter()
+                .collect(),
+        ),
     };
 
     Router::new()

@@ -2,7 +2,8 @@
 //! against the real server: the everyday flow (list, start, subscribe, follow, a bad call), and
 //! a tool call resumed across a SIGKILL of the server, where its
 //! `StreamableHTTPClientTransport` reconnects with the last resumption token (`Last-Event-ID`)
-//! and receives the rest of the progress and the result of its original request.
+//! and receives the rest of the progress and the result of its original request; and its
+//! experimental tasks client (protocol 2025-11-25 MCP tasks) end to end.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -122,5 +123,65 @@ fn the_typescript_sdk_lists_starts_subscribes_follows_and_gets_errors() {
     assert_eq!(
         report["bad_text"],
         "batch_size must be between 1 and 1000000, got 0"
+    );
+}
+
+#[test]
+fn the_typescript_sdks_tasks_client_runs_polls_lists_and_cancels_tasks() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--time-scale", "0.01"]);
+    let output = durable_tests::output_within(
+        Command::new("node")
+            .arg(interop_dir().join("ts_tasks.mjs"))
+            .arg(server.mcp_url())
+            .current_dir(interop_dir()),
+        Duration::from_secs(120),
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).expect("a JSON report");
+    assert!(
+        report["capability"]["requests"]["tools"]["call"].is_object(),
+        "{report}"
+    );
+    assert_eq!(report["task_support"]["run_batch_processing"], "required");
+    assert_eq!(
+        report["task_support"]["resumable_data_processing"],
+        "optional"
+    );
+    assert_eq!(
+        report["task_support"]["start_batch_processing"],
+        "forbidden"
+    );
+
+    let stream = report["stream"].as_array().unwrap();
+    assert_eq!(stream.first().unwrap(), "taskCreated", "{report}");
+    assert_eq!(stream.last().unwrap(), "result", "{report}");
+    let task_id = report["created"]["taskId"].as_str().unwrap();
+    assert_eq!(report["created"]["ttl"], 60000);
+    assert_eq!(report["result"]["structuredContent"]["processed"], 6);
+    assert_eq!(report["get"]["taskId"], task_id);
+    assert_eq!(report["get"]["status"], "completed");
+    assert_eq!(
+        report["task_result"]["structuredContent"],
+        report["result"]["structuredContent"]
+    );
+    let listed: Vec<&str> = report["list"]["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|task| task["taskId"].as_str().unwrap())
+        .collect();
+    assert!(listed.contains(&task_id), "{report}");
+    assert_eq!(report["cancelled"]["status"], "cancelled", "{report}");
+    assert!(
+        report["second_cancel"]
+            .as_str()
+            .unwrap()
+            .contains("already cancelled"),
+        "{report}"
     );
 }

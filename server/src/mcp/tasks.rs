@@ -152,7 +152,7 @@ pub fn legacy_capability() -> Value {
 }
 
 /// Whether a session on `requested_version` speaks the 2025-11-25 Tasks utility.
-pub fn speaks_legacy_tasks(requested_version: &str) -> bool {
+fn speaks_legacy_tasks(requested_version: &str) -> bool {
     negotiated(requested_version) >= TASKS_VERSION
 }
 

@@ -9,8 +9,8 @@
 //!   before the id reaches the client, so a later resume can be checked against it.
 //! - Priming events (empty data) reach only sessions on 2025-11-25 or later; the standalone
 //!   `GET` stream's priming event gets a stored id, so even a quiet stream can be resumed.
-//! - The initialize answer of a 2025-11-25 session gets the Tasks utility's `tasks` capability
-//!   (see `mcp::tasks`).
+//! - The initialize answer of a 2025-11-25 session gets the capabilities the MCP layer adds
+//!   (the Tasks utility's `tasks`, see `mcp::tasks`).
 //! - Sessions with requests or open streams are kept alive for the expiry sweep.
 
 use std::time::Duration;
@@ -25,7 +25,6 @@ use futures::StreamExt;
 use serde_json::json;
 
 use super::{EventId, OpenStream, StreamStore, negotiated, wants_priming};
-use crate::mcp::{legacy_capability, speaks_legacy_tasks};
 use crate::store::NewEvent;
 
 const SESSION_HEADER: &str = "mcp-session-id";
@@ -40,6 +39,9 @@ pub struct ResumeState {
     /// Whether a browser `Origin` is allowed (rmcp answers foreign ones with 403 itself).
     pub origin_allowed: fn(&[String], &str) -> bool,
     pub origins: std::sync::Arc<Vec<String>>,
+    /// Capabilities added to the initialize answers of sessions on 2025-11-25 or later: the MCP
+    /// layer's that rmcp does not model (the Tasks utility's `tasks`).
+    pub added_capabilities: std::sync::Arc<serde_json::Map<String, serde_json::Value>>,
 }
 
 fn header_str<'a>(request: &'a Request, name: &str) -> Option<&'a str> {
@@ -125,6 +127,7 @@ pub async fn resumable(State(state): State<ResumeState>, request: Request, next:
             _ => None,
         },
         sse_retry: state.sse_retry,
+        added_capabilities: state.added_capabilities.clone(),
         _open: session
             .filter(|_| version.is_some())
             .map(|session| state.streams.open_stream(&session)),
@@ -237,6 +240,7 @@ struct Rewriter {
     /// Give the standalone stream's first priming event a stored id on this session's stream.
     stamp_priming: Option<String>,
     sse_retry: Duration,
+    added_capabilities: std::sync::Arc<serde_json::Map<String, serde_json::Value>>,
     _open: Option<OpenStream>,
 }
 
@@ -319,15 +323,20 @@ impl Rewriter {
                 return Some(event);
             }
             // The initialize answer: it names the version, and on 2025-11-25 or later it gets
-            // the Tasks utility's capability, which rmcp 3.11 does not model.
+            // the capabilities rmcp does not model.
             let mut answer = serde_json::from_str::<serde_json::Value>(&parsed.data).ok();
             let version = answer
                 .as_ref()
                 .and_then(|answer| answer["result"]["protocolVersion"].as_str())
                 .map(negotiated);
             let event = match &mut answer {
-                Some(answer) if version.is_some_and(speaks_legacy_tasks) => {
-                    answer["result"]["capabilities"]["tasks"] = legacy_capability();
+                Some(answer)
+                    if version.is_some_and(wants_priming)
+                        && !self.added_capabilities.is_empty() =>
+                {
+                    if let Some(capabilities) = answer["result"]["capabilities"].as_object_mut() {
+                        capabilities.extend(self.added_capabilities.as_ref().clone());
+                    }
                     with_data(&text, &answer.to_string())
                 }
                 _ => event,
