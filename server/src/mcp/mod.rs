@@ -21,11 +21,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CancelTaskParams, CustomRequest, CustomResult,
-    ErrorCode, GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult,
-    Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult, Implementation,
+    JsonObject, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
     ListToolsResult, LoggingLevel, PaginatedRequestParams, ProtocolVersion,
     ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
-    SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams, UpdateTaskParams,
+    ServerResult, SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
+    UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, tool_handler};
@@ -133,6 +134,18 @@ fn to_mcp(error: EngineError) -> McpError {
     }
 }
 
+/// A result as rmcp sends it to the sessions served here (all before protocol 2026-07-28):
+/// answers built outside rmcp's dispatch (task results, a relayed response) must look exactly
+/// like the ones rmcp shapes itself.
+fn as_sent(mut result: ServerResult) -> JsonObject {
+    result.strip_result_type_for_legacy_peer();
+    result.strip_non_object_output_for_legacy_peer();
+    match serde_json::to_value(result) {
+        Ok(serde_json::Value::Object(result)) => result,
+        _ => JsonObject::new(),
+    }
+}
+
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for DurableServer {
     fn get_info(&self) -> ServerConfig {
@@ -224,25 +237,19 @@ impl ServerHandler for DurableServer {
         request: CustomRequest,
         context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, McpError> {
-        match self
-            .private_request(&request.method, request.params, context)
+        self.private_request(&request.method, request.params, context)
             .await
-        {
-            Some(result) => result.map(CustomResult),
-            None => Err(McpError::new(
-                ErrorCode::METHOD_NOT_FOUND,
-                format!("method not found: {}", request.method),
-                None,
-            )),
-        }
+            .map(CustomResult)
     }
 
+    /// SEP-2663 `tasks/get`: the result (or error) is inlined once the task has ended.
     async fn get_task(
         &self,
         request: GetTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, McpError> {
-        self.get_task_extension(&request.task_id, &context).await
+        let handle = self.owned_handle(&request.task_id, &context).await?;
+        Ok(GetTaskResult::new(tasks::detailed_task(&handle)))
     }
 
     async fn cancel_task(
@@ -250,15 +257,25 @@ impl ServerHandler for DurableServer {
         request: CancelTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.cancel_task_extension(&request.task_id, &context).await
+        self.cancel_owned(&request.task_id, &context)
+            .await
+            .map(drop)
     }
 
+    /// These tasks never ask for input, so there is nothing to answer.
     async fn update_task(
         &self,
         request: UpdateTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.update_task_extension(&request.task_id, &context).await
+        let handle = self.owned_handle(&request.task_id, &context).await?;
+        Err(McpError::invalid_params(
+            format!(
+                "task {} is not waiting for input: this server's tasks never ask for any",
+                handle.task.task_id
+            ),
+            None,
+        ))
     }
 
     async fn list_prompts(

@@ -11,6 +11,9 @@ use durable_shared::TaskInfo;
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
+use rmcp::model::ServerResult;
+
+use super::as_sent;
 use super::tools::processing_outcome;
 use crate::engine::{Engine, EngineError};
 use crate::store::{CallBinding, NewEvent, StoreError};
@@ -65,9 +68,10 @@ async fn relay(
     let request_id: Value = serde_json::from_str(&binding.request_id)?;
     let token: Value = serde_json::from_str(&binding.progress_token)?;
     let mut reported = last_reported(streams, &stream_id).await?;
+    // Subscribe before reading, so no change after the read can be missed.
     let mut events = engine.subscribe();
+    let mut task = engine.get(&binding.task_id).await?;
     loop {
-        let task = engine.get(&binding.task_id).await?;
         if reported.is_none_or(|reported| task.progress > reported) {
             reported = Some(task.progress);
             append(
@@ -79,19 +83,20 @@ async fn relay(
             .await?;
         }
         if let Some(outcome) = processing_outcome(&task) {
-            let response = json!({"jsonrpc": "2.0", "id": request_id, "result": outcome});
+            let result = as_sent(ServerResult::CallToolResult(outcome));
+            let response = json!({"jsonrpc": "2.0", "id": request_id, "result": result});
             append(streams, &stream_id, response, true).await?;
             streams.store().finish_binding(&binding.id).await?;
             return Ok(());
         }
-        loop {
+        task = loop {
             match events.recv().await {
-                Ok(event) if event.task.task_id == binding.task_id => break,
+                Ok(event) if event.task.task_id == binding.task_id => break event.task,
                 Ok(_) => {}
-                Err(RecvError::Lagged(_)) => break,
+                Err(RecvError::Lagged(_)) => break engine.get(&binding.task_id).await?,
                 Err(RecvError::Closed) => return Ok(()),
             }
-        }
+        };
     }
 }
 

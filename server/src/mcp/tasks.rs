@@ -38,8 +38,8 @@ use rmcp::handler::server::common::schema_for_type;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CreateTaskResult, CustomNotification, DetailedTask,
-    ErrorCode, JsonObject, ServerNotification, Task as McpTask, TaskPayload,
-    TaskStatus as McpStatus, TaskStatusNotificationParams, Tool,
+    ErrorCode, JsonObject, ProtocolVersion, RequestMetaObject, ServerNotification, ServerResult,
+    Task as McpTask, TaskPayload, TaskStatus as McpStatus, TaskStatusNotificationParams, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
@@ -47,8 +47,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
-use super::tools::{ProcessingToolParams, final_outcome};
-use super::{DurableServer, to_mcp};
+use super::tools::{ProcessingToolParams, failure, final_outcome, to_params};
+use super::{DurableServer, as_sent, to_mcp};
 use crate::engine::EngineError;
 use crate::kinds::batch::BatchParams;
 use crate::kinds::migration::MigrationParams;
@@ -57,13 +57,11 @@ use crate::store::TaskHandle;
 use crate::streams::{StreamStore, negotiated};
 
 /// `_meta` key tying a message to its task (2025-11-25).
-pub const RELATED_TASK_META_KEY: &str = "io.modelcontextprotocol/related-task";
-/// The first protocol version with the Tasks utility.
-const TASKS_VERSION: &str = "2025-11-25";
+const RELATED_TASK_META_KEY: &str = "io.modelcontextprotocol/related-task";
 /// Suggested pause between two `tasks/get` of one task: about one step of the task kinds here.
 const POLL_INTERVAL_MS: u64 = 1_000;
 /// Handles per `tasks/list` page.
-pub const TASKS_PAGE_SIZE: usize = 20;
+const TASKS_PAGE_SIZE: usize = 20;
 /// The shortest ttl granted, whatever is asked: a handle must outlive the answer creating it.
 const MIN_TTL: Duration = Duration::from_secs(1);
 
@@ -153,7 +151,7 @@ pub fn legacy_capability() -> Value {
 
 /// Whether a session on `requested_version` speaks the 2025-11-25 Tasks utility.
 fn speaks_legacy_tasks(requested_version: &str) -> bool {
-    negotiated(requested_version) >= TASKS_VERSION
+    negotiated(requested_version) >= ProtocolVersion::V_2025_11_25.as_str()
 }
 
 /// Server-private methods the 2025-11-25 task requests are renamed to.
@@ -207,7 +205,7 @@ pub async fn adapt_task_requests(
                 .await
                 .is_some_and(|profile| profile.tasks_extension),
             None => false,
-        } || mentions(rmcp::model::TASKS_EXTENSION_ID.as_bytes());
+        } || declares_extension_per_request(&message);
         if let Some(private) = private_method(&message, declared) {
             message["method"] = json!(private);
             body = Body::from(message.to_string());
@@ -224,6 +222,15 @@ fn private_method(message: &Value, tasks_extension: bool) -> Option<&'static str
         "tasks/cancel" if !tasks_extension => Some(PRIVATE_CANCEL),
         _ => None,
     }
+}
+
+/// Whether a request declares the extension in its own `_meta` client capabilities, as rmcp
+/// reads them.
+fn declares_extension_per_request(message: &Value) -> bool {
+    serde_json::from_value::<RequestMetaObject>(message["params"]["_meta"].clone())
+        .ok()
+        .and_then(|meta| meta.client_capabilities())
+        .is_some_and(|capabilities| capabilities.supports_tasks())
 }
 
 fn declares_extension(ctx: &RequestContext<RoleServer>) -> bool {
@@ -284,7 +291,7 @@ fn extension_task(handle: &TaskHandle) -> McpTask {
 
 /// A handle in the SEP-2663 `DetailedTask` shape: a completed task carries the tool's result,
 /// a failed one the error.
-fn detailed_task(handle: &TaskHandle) -> DetailedTask {
+pub(super) fn detailed_task(handle: &TaskHandle) -> DetailedTask {
     use durable_shared::TaskStatus as Engine;
     let task = &handle.task;
     let payload = match task.status {
@@ -294,14 +301,7 @@ fn detailed_task(handle: &TaskHandle) -> DetailedTask {
         Engine::Failed => {
             let mut error = JsonObject::new();
             error.insert("code".into(), json!(ErrorCode::INTERNAL_ERROR.0));
-            error.insert(
-                "message".into(),
-                json!(format!(
-                    "task {} failed: {}",
-                    task.task_id,
-                    task.error.as_deref().unwrap_or_default()
-                )),
-            );
+            error.insert("message".into(), json!(failure(task)));
             TaskPayload::Failed { error }
         }
         Engine::Cancelled => TaskPayload::Cancelled,
@@ -310,16 +310,11 @@ fn detailed_task(handle: &TaskHandle) -> DetailedTask {
     DetailedTask::new(extension_task(handle), payload)
 }
 
-/// What the task's tool call returns once it has ended, as a JSON object: exactly what the
-/// plain call answers on the sessions served here (rmcp leaves out `resultType: "complete"`
-/// before protocol 2026-07-28).
+/// What the task's tool call returns once it has ended: exactly what the plain call answers.
 fn outcome_object(task: &TaskInfo) -> JsonObject {
-    let mut result = match final_outcome(task).map(serde_json::to_value) {
-        Some(Ok(Value::Object(result))) => result,
-        _ => JsonObject::new(),
-    };
-    result.remove("resultType");
-    result
+    final_outcome(task)
+        .map(|result| as_sent(ServerResult::CallToolResult(result)))
+        .unwrap_or_default()
 }
 
 fn unknown_task(task_id: &str) -> McpError {
@@ -376,9 +371,8 @@ impl DurableServer {
         let started = if tool == PROCESSING_TOOL {
             let params: ProcessingToolParams = parse_arguments(call)?;
             let owner = self.client_id(params.client_id.clone(), ctx);
-            let params = serde_json::to_value(&params.job).expect("parameters serialize");
             self.engine
-                .start_or_attach(DATA_PROCESSING, &owner, params)
+                .start_or_attach(DATA_PROCESSING, &owner, to_params(&params.job))
                 .await
         } else {
             let (_, kind, _) = TASK_ONLY_TOOLS
@@ -388,11 +382,10 @@ impl DurableServer {
                     McpError::invalid_params(format!("tool {tool} cannot run as a task"), None)
                 })?;
             let params = match *kind {
-                DATA_MIGRATION => serde_json::to_value(parse_arguments::<MigrationParams>(call)?),
-                BATCH_PROCESSING => serde_json::to_value(parse_arguments::<BatchParams>(call)?),
-                _ => serde_json::to_value(parse_arguments::<TrainingParams>(call)?),
-            }
-            .expect("parameters serialize");
+                DATA_MIGRATION => to_params(&parse_arguments::<MigrationParams>(call)?),
+                BATCH_PROCESSING => to_params(&parse_arguments::<BatchParams>(call)?),
+                _ => to_params(&parse_arguments::<TrainingParams>(call)?),
+            };
             let owner = self.client_id(None, ctx);
             self.engine.start(kind, &owner, params).await
         };
@@ -410,7 +403,8 @@ impl DurableServer {
             .ok_or_else(|| McpError::internal_error("the new task handle expired at once", None))
     }
 
-    async fn owned_handle(
+    /// The caller's handle on `task_id`; another client's is an unknown task.
+    pub(super) async fn owned_handle(
         &self,
         task_id: &str,
         ctx: &RequestContext<RoleServer>,
@@ -425,7 +419,7 @@ impl DurableServer {
     }
 
     /// Cancels the caller's task; a task that has ended is refused (its status never changes).
-    async fn cancel_owned(
+    pub(super) async fn cancel_owned(
         &self,
         task_id: &str,
         ctx: &RequestContext<RoleServer>,
@@ -534,7 +528,7 @@ impl DurableServer {
         let call: CallToolRequestParams = serde_json::from_value(params.clone())
             .map_err(|e| McpError::invalid_params(format!("invalid tools/call: {e}"), None))?;
         if task_support(&call.name) == TaskSupport::Forbidden {
-            if !self.has_tool(&call.name) {
+            if !self.tool_router.has_route(&call.name) {
                 return Err(McpError::invalid_params(
                     format!("unknown tool {}", call.name),
                     None,
@@ -553,10 +547,6 @@ impl DurableServer {
         let ttl = self.granted_ttl(requested_ttl(&params["task"])?);
         let handle = self.create_task(&call, ttl, ctx).await?;
         Ok(json!({"task": legacy_task(&handle)}))
-    }
-
-    fn has_tool(&self, name: &str) -> bool {
-        self.tool_router.has_route(name) || task_support(name) != TaskSupport::Forbidden
     }
 
     /// 2025-11-25 `tasks/list`: the caller's handles in creation order, a page at a time.
@@ -613,35 +603,32 @@ impl DurableServer {
     }
 
     /// Answers the methods rmcp does not know: the 2025-11-25 `tasks/list` and `tasks/result`,
-    /// and the private methods [`adapt_task_requests`] renamed requests to. `None` for any other
-    /// method.
+    /// and the private methods [`adapt_task_requests`] renamed requests to.
     pub(super) async fn private_request(
         &self,
         method: &str,
         params: Option<Value>,
         ctx: RequestContext<RoleServer>,
-    ) -> Option<Result<Value, McpError>> {
-        Some(match method {
+    ) -> Result<Value, McpError> {
+        match method {
             "tasks/list" => self.list_tasks_legacy(params, &ctx).await,
             "tasks/result" => self.task_result_legacy(params, &ctx).await,
             PRIVATE_CALL => self.call_tool_legacy(params, &ctx).await,
-            PRIVATE_GET => match task_id_param(params.as_ref()) {
-                Ok(task_id) => self
-                    .owned_handle(&task_id, &ctx)
-                    .await
-                    .map(|handle| legacy_task(&handle)),
-                Err(e) => Err(e),
-            },
-            PRIVATE_CANCEL => match task_id_param(params.as_ref()) {
-                Ok(task_id) => self
-                    .cancel_owned(&task_id, &ctx)
-                    .await
-                    .map(|handle| legacy_task(&handle)),
-                Err(e) => Err(e),
-            },
+            PRIVATE_GET => {
+                let task_id = task_id_param(params.as_ref())?;
+                Ok(legacy_task(&self.owned_handle(&task_id, &ctx).await?))
+            }
+            PRIVATE_CANCEL => {
+                let task_id = task_id_param(params.as_ref())?;
+                Ok(legacy_task(&self.cancel_owned(&task_id, &ctx).await?))
+            }
             PRIVATE_LIST_TOOLS => self.list_tools_with_task_support(ctx).await,
-            _ => return None,
-        })
+            _ => Err(McpError::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!("method not found: {method}"),
+                None,
+            )),
+        }
     }
 
     /// `tools/list` with each tool's `execution.taskSupport` (rmcp 3.11's `Tool` has no
@@ -651,12 +638,7 @@ impl DurableServer {
         ctx: RequestContext<RoleServer>,
     ) -> Result<Value, McpError> {
         let list = ServerHandler::list_tools(self, None, ctx).await?;
-        let mut value = serde_json::to_value(&list)
-            .map_err(|e| McpError::internal_error(format!("tools/list: {e}"), None))?;
-        if let Value::Object(fields) = &mut value {
-            // rmcp strips the `complete` discriminator for sessions before 2026-07-28.
-            fields.remove("resultType");
-        }
+        let mut value = Value::Object(as_sent(ServerResult::ListToolsResult(list)));
         if let Some(tools) = value.get_mut("tools").and_then(Value::as_array_mut) {
             for tool in tools {
                 let support = task_support(tool["name"].as_str().unwrap_or_default());
@@ -664,41 +646,6 @@ impl DurableServer {
             }
         }
         Ok(value)
-    }
-
-    /// SEP-2663 `tasks/get`.
-    pub(super) async fn get_task_extension(
-        &self,
-        task_id: &str,
-        ctx: &RequestContext<RoleServer>,
-    ) -> Result<rmcp::model::GetTaskResult, McpError> {
-        let handle = self.owned_handle(task_id, ctx).await?;
-        Ok(rmcp::model::GetTaskResult::new(detailed_task(&handle)))
-    }
-
-    /// SEP-2663 `tasks/cancel`.
-    pub(super) async fn cancel_task_extension(
-        &self,
-        task_id: &str,
-        ctx: &RequestContext<RoleServer>,
-    ) -> Result<(), McpError> {
-        self.cancel_owned(task_id, ctx).await.map(drop)
-    }
-
-    /// SEP-2663 `tasks/update`: these tasks never ask for input, so there is nothing to answer.
-    pub(super) async fn update_task_extension(
-        &self,
-        task_id: &str,
-        ctx: &RequestContext<RoleServer>,
-    ) -> Result<(), McpError> {
-        let handle = self.owned_handle(task_id, ctx).await?;
-        Err(McpError::invalid_params(
-            format!(
-                "task {} is not waiting for input: this server's tasks never ask for any",
-                handle.task.task_id
-            ),
-            None,
-        ))
     }
 
     /// Tells this session about a status change of `task`, if it holds a handle on it: in the

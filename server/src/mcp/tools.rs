@@ -105,7 +105,7 @@ fn tool_outcome(outcome: Result<CallToolResult, EngineError>) -> Result<CallTool
     }
 }
 
-fn to_params<T: Serialize>(params: &T) -> Value {
+pub(super) fn to_params<T: Serialize>(params: &T) -> Value {
     serde_json::to_value(params).expect("tool parameters serialize")
 }
 
@@ -399,16 +399,22 @@ pub(crate) fn final_outcome(task: &TaskInfo) -> Option<CallToolResult> {
             }
             Some(json_result(result))
         }
-        TaskStatus::Failed => error(format!(
-            "task {task_id} failed: {}",
-            task.error.as_deref().unwrap_or_default()
-        )),
+        TaskStatus::Failed => error(failure(task)),
         TaskStatus::Cancelled => error(format!(
             "task {task_id} was cancelled after {}/{}",
             task.progress, task.total
         )),
         TaskStatus::Paused | TaskStatus::Pending | TaskStatus::Running => None,
     }
+}
+
+/// What a call reports of a failed task.
+pub(super) fn failure(task: &TaskInfo) -> String {
+    format!(
+        "task {} failed: {}",
+        task.task_id,
+        task.error.as_deref().unwrap_or_default()
+    )
 }
 
 /// What `resumable_data_processing` answers for a task in this state, or `None` while it is

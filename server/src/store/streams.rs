@@ -228,13 +228,13 @@ impl Store {
         .await
     }
 
-    /// A session's stored state and protocol version.
-    pub async fn load_session(&self, id: &str) -> Result<Option<(String, String)>, StoreError> {
+    /// A session's stored state.
+    pub async fn load_session(&self, id: &str) -> Result<Option<String>, StoreError> {
         let id = id.to_owned();
         self.read(move |conn| {
             Ok(conn
-                .prepare_cached("SELECT state, protocol_version FROM sessions WHERE id = ?1")?
-                .query_row([id], |row| Ok((row.get(0)?, row.get(1)?)))
+                .prepare_cached("SELECT state FROM sessions WHERE id = ?1")?
+                .query_row([id], |row| row.get(0))
                 .optional()?)
         })
         .await

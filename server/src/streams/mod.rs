@@ -70,7 +70,7 @@ struct Inner {
     store: Store,
     /// Wakes the tails of a stream (by token) after each append.
     notifiers: Mutex<HashMap<String, Weak<Notify>>>,
-    /// Negotiated protocol version of each session seen by this process.
+    /// What this process knows of each session it has seen (version, task extension).
     sessions: Mutex<HashMap<String, SessionProfile>>,
     /// Open SSE responses per session: a session with one is in use, however quiet.
     open_streams: Mutex<HashMap<String, usize>>,
@@ -138,7 +138,7 @@ impl StreamStore {
         {
             return Some(*profile);
         }
-        let (state, _) = self.inner.store.load_session(session_id).await.ok()??;
+        let state = self.inner.store.load_session(session_id).await.ok()??;
         let state: SessionState = serde_json::from_str(&state).ok()?;
         Some(self.remember(session_id, &state))
     }
@@ -436,7 +436,7 @@ impl EventStore for StreamStore {
 #[async_trait::async_trait]
 impl SessionStore for StreamStore {
     async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
-        let Some((state, _)) = self.inner.store.load_session(session_id).await? else {
+        let Some(state) = self.inner.store.load_session(session_id).await? else {
             return Ok(None);
         };
         let state: SessionState = serde_json::from_str(&state)?;
