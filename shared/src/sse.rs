@@ -5,7 +5,7 @@
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SseEvent {
     pub id: Option<String>,
-    /// The `data:` lines joined; empty for a priming event.
+    /// The `data:` lines joined by newlines; empty for a priming event.
     pub data: String,
     /// The reconnect delay the server suggests (`retry:`), in milliseconds.
     pub retry_ms: Option<u64>,
@@ -20,14 +20,21 @@ impl SseEvent {
             data: String::new(),
             retry_ms: None,
         };
-        let mut fields = 0;
+        let (mut fields, mut data_lines) = (0, 0);
         for line in raw.lines().filter(|l| !l.is_empty() && !l.starts_with(':')) {
             fields += 1;
             let (name, value) = line.split_once(':').unwrap_or((line, ""));
             let value = value.strip_prefix(' ').unwrap_or(value);
             match name {
                 "id" => event.id = Some(value.to_owned()),
-                "data" => event.data.push_str(value),
+                "data" => {
+                    // Several data lines are one value joined by newlines (the SSE rules).
+                    if data_lines > 0 {
+                        event.data.push('\n');
+                    }
+                    data_lines += 1;
+                    event.data.push_str(value);
+                }
                 "retry" => event.retry_ms = value.parse().ok(),
                 _ => {}
             }
@@ -71,6 +78,8 @@ mod tests {
         let event = SseEvent::parse("data: {\"a\":1}\nid:x.1\n\n").unwrap();
         assert_eq!(event.data, "{\"a\":1}");
         assert_eq!(SseEvent::parse(":keep-alive\n\n"), None);
+        let event = SseEvent::parse("data: {\"a\":\ndata: 1}\n\n").unwrap();
+        assert_eq!(event.data, "{\"a\":\n1}");
         let mut buffer = b"data: 1\n\ndata: 2".to_vec();
         assert_eq!(take_event(&mut buffer).unwrap(), b"data: 1\n\n");
         assert_eq!(take_event(&mut buffer), None);

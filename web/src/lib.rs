@@ -27,7 +27,7 @@ pub fn connection() -> Rc<mcp::Mcp> {
 #[component]
 pub fn App() -> impl IntoView {
     let mcp = connection();
-    let dash = Dashboard::new(format!("durable-mcp/timeline/{}", mcp.client_id()));
+    let dash = Dashboard::restore();
     provide_context(dash);
     leptos::task::spawn_local(sync::run(mcp.clone(), dash));
     let client_id = mcp.client_id().to_owned();

@@ -9,6 +9,13 @@ use serde::{Deserialize, Serialize};
 
 /// Timeline entries kept per task.
 const TIMELINE_LIMIT: usize = 200;
+/// Where the timelines are kept: in `sessionStorage`, so each tab keeps its own (they follow
+/// its own session's events) through reloads, and they go with the tab.
+const TIMELINE_KEY: &str = "durable-mcp/timelines";
+
+fn tab_storage() -> Option<web_sys::Storage> {
+    window().session_storage().ok().flatten()
+}
 
 /// The current UTC time of day, formatted like task timestamps.
 fn now_utc() -> String {
@@ -75,16 +82,13 @@ pub struct Dashboard {
     pub selected: RwSignal<Option<String>>,
     /// A message for the banner (failed action, lost connection...).
     pub notice: RwSignal<Option<String>>,
-    timeline_key: StoredValue<String>,
 }
 
 impl Dashboard {
-    pub fn new(timeline_key: String) -> Dashboard {
-        let saved = window()
-            .local_storage()
-            .ok()
-            .flatten()
-            .and_then(|s| s.get_item(&timeline_key).ok().flatten())
+    /// A fresh dashboard with this tab's saved timelines.
+    pub fn restore() -> Dashboard {
+        let saved = tab_storage()
+            .and_then(|s| s.get_item(TIMELINE_KEY).ok().flatten())
             .and_then(|json| serde_json::from_str(&json).ok())
             .unwrap_or_default();
         Dashboard {
@@ -93,7 +97,27 @@ impl Dashboard {
             timelines: RwSignal::new(saved),
             selected: RwSignal::new(None),
             notice: RwSignal::new(None),
-            timeline_key: StoredValue::new(timeline_key),
+        }
+    }
+
+    /// Replaces every task with a fresh read of the whole list; timelines of tasks no longer
+    /// there are dropped.
+    pub fn replace_tasks(&self, list: Vec<TaskInfo>) {
+        self.tasks.update(|tasks| {
+            tasks.clear();
+            tasks.extend(list.into_iter().map(|t| (t.task_id.clone(), t)));
+        });
+        let pruned = self.tasks.with_untracked(|tasks| {
+            let mut pruned = false;
+            self.timelines.update(|timelines| {
+                let before = timelines.len();
+                timelines.retain(|id, _| tasks.contains_key(id));
+                pruned = timelines.len() != before;
+            });
+            pruned
+        });
+        if pruned {
+            self.save_timelines();
         }
     }
 
@@ -155,11 +179,15 @@ impl Dashboard {
                 timeline.remove(0);
             }
         });
+        self.save_timelines();
+    }
+
+    fn save_timelines(&self) {
         let json = self
             .timelines
             .with_untracked(|timelines| serde_json::to_string(timelines).unwrap_or_default());
-        if let Ok(Some(storage)) = window().local_storage() {
-            let _ = storage.set_item(&self.timeline_key.get_value(), &json);
+        if let Some(storage) = tab_storage() {
+            let _ = storage.set_item(TIMELINE_KEY, &json);
         }
     }
 

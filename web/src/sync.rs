@@ -62,10 +62,7 @@ async fn resync(mcp: &Mcp, dash: Dashboard) -> Result<(), McpError> {
             subscribe(mcp, &status_uri(&task.task_id)).await?;
         }
     }
-    dash.tasks.update(|tasks| {
-        tasks.clear();
-        tasks.extend(list.tasks.into_iter().map(|t| (t.task_id.clone(), t)));
-    });
+    dash.replace_tasks(list.tasks);
     Ok(())
 }
 
@@ -99,6 +96,8 @@ pub async fn run(mcp: Rc<Mcp>, dash: Dashboard) {
                 Ok(()) => need_resync = false,
                 Err(McpError::SessionLost) => {
                     mcp.forget_session();
+                    // Backs off like any failure: a session lost again at once must not spin.
+                    attempt += 1;
                     continue;
                 }
                 Err(e) => {

@@ -21,6 +21,7 @@ use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use bytes::{Bytes, BytesMut};
+use durable_shared::sse::SseEvent;
 use futures::StreamExt;
 use serde_json::json;
 
@@ -244,35 +245,6 @@ struct Rewriter {
     _open: Option<OpenStream>,
 }
 
-/// The fields of one SSE event that matter here.
-struct Fields<'a> {
-    id: Option<&'a str>,
-    data: String,
-    comment_only: bool,
-}
-
-fn fields(text: &str) -> Fields<'_> {
-    let mut parsed = Fields {
-        id: None,
-        data: String::new(),
-        comment_only: true,
-    };
-    for line in text.lines().filter(|line| !line.is_empty()) {
-        if line.starts_with(':') {
-            continue;
-        }
-        parsed.comment_only = false;
-        let (name, value) = line.split_once(':').unwrap_or((line, ""));
-        let value = value.strip_prefix(' ').unwrap_or(value);
-        match name {
-            "id" => parsed.id = Some(value),
-            "data" => parsed.data.push_str(value),
-            _ => {}
-        }
-    }
-    parsed
-}
-
 /// The SSE event `text` with `data` as its data.
 fn with_data(text: &str, data: &str) -> Bytes {
     let mut event = String::with_capacity(text.len() + data.len());
@@ -303,11 +275,11 @@ impl Rewriter {
 
     async fn event(&mut self, event: Bytes) -> Option<Bytes> {
         let text = String::from_utf8_lossy(&event).into_owned();
-        let parsed = fields(&text);
-        if parsed.comment_only {
+        let Some(parsed) = SseEvent::parse(&text) else {
+            // A comment (keep-alive).
             return Some(event);
-        }
-        if let (Some(session), Some(id)) = (self.bind_session.take(), parsed.id)
+        };
+        if let (Some(session), Some(id)) = (self.bind_session.take(), parsed.id.as_deref())
             && let Ok(id) = id.parse::<EventId>()
             && let Err(e) = self
                 .streams

@@ -23,7 +23,16 @@ pub fn Detail() -> impl IntoView {
                 .clone()
                 .and_then(|r| serde_json::from_value::<TrainingResult>(r).ok())
                 .map(|r| r.history)
-                .unwrap_or_else(|| timeline.iter().filter_map(|e| parse_epoch(&e.message)).collect());
+                .unwrap_or_else(|| {
+                    // One point per epoch: a pause, a resume or a change announced on two
+                    // subscribed resources repeats the last epoch's message.
+                    let epochs: std::collections::BTreeMap<u64, _> = timeline
+                        .iter()
+                        .filter_map(|e| parse_epoch(&e.message))
+                        .map(|m| (m.epoch, m))
+                        .collect();
+                    epochs.into_values().collect()
+                });
             let time = |t: Option<chrono::DateTime<chrono::Utc>>| {
                 t.map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string()).unwrap_or_else(|| "—".into())
             };
