@@ -13,6 +13,7 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -27,6 +28,35 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::Value;
+
+/// Sends each line `child` prints on its (piped) stdout to the returned channel, which ends
+/// when the child closes its stdout (when it exits).
+pub fn stdout_lines(child: &mut Child) -> Receiver<String> {
+    let stdout = child.stdout.take().expect("a piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    rx
+}
+
+/// Waits up to `limit` for `child` to exit; `None` (after killing it) if it did not.
+pub fn exit_within(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("waiting for a child process") {
+            return Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
 
 /// Deadline for any single network operation.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(20);
@@ -121,13 +151,7 @@ impl Server {
             .stderr(log)
             .spawn()
             .expect("starting durable-mcp");
-        let stdout = child.stdout.take().expect("server stdout");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
+        let rx = stdout_lines(&mut child);
         let line = rx
             .recv_timeout(Duration::from_secs(60))
             .unwrap_or_else(|_| panic!("server did not start; log:\n{}", self.log()));
@@ -165,20 +189,12 @@ impl Server {
             .status()
             .expect("running kill");
         assert!(status.success());
-        let deadline = std::time::Instant::now() + limit;
-        loop {
-            if let Some(status) = child.try_wait().expect("waiting for the server") {
-                return status;
-            }
-            if std::time::Instant::now() > deadline {
-                let _ = child.kill();
-                panic!(
-                    "server did not exit within {limit:?} of SIGTERM; log:\n{}",
-                    self.log()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        exit_within(&mut child, limit).unwrap_or_else(|| {
+            panic!(
+                "server did not exit within {limit:?} of SIGTERM; log:\n{}",
+                self.log()
+            )
+        })
     }
 
     /// The logs of every start of this server, in order.

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use durable_tests::{Server, output_json as json, server_binary};
+use durable_tests::{Server, exit_within, output_json as json, server_binary, stdout_lines};
 use serde_json::Value;
 
 /// Runs the client with its state in `state` against `server`.
@@ -213,7 +213,6 @@ fn spawn_cli(
     state: &Path,
     args: &[&str],
 ) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
-    use std::io::BufRead;
     let mut child = Command::new(server_binary())
         .args(args)
         .args(["--server", &server.mcp_url(), "--state-file"])
@@ -222,36 +221,18 @@ fn spawn_cli(
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("running the client");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = tx.send(line);
-        }
-    });
+    let rx = stdout_lines(&mut child);
     (child, rx)
 }
 
 fn wait_exit(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the client did not exit within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    exit_within(child, limit).unwrap_or_else(|| panic!("the client did not exit within {limit:?}"))
 }
 
-/// JSON progress values printed by `process --json` until it exits.
+/// JSON progress values printed by `process --json`, read until it has exited and closed its
+/// output (so no line still in flight is missed).
 fn progress_lines(rx: &std::sync::mpsc::Receiver<String>) -> Vec<f64> {
-    rx.try_iter()
+    rx.iter()
         .filter_map(|line| serde_json::from_str::<Value>(&line).ok())
         .filter_map(|line| line["progress"].as_f64())
         .collect()
@@ -368,7 +349,7 @@ fn watch_reports_the_end_of_a_task_in_its_exit_code_and_survives_a_server_kill()
         "the watch recovered and saw the task complete"
     );
     let last: Value = rx
-        .try_iter()
+        .iter()
         .filter_map(|l| serde_json::from_str(&l).ok())
         .last()
         .unwrap();

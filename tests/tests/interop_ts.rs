@@ -5,7 +5,6 @@
 //! and receives the rest of the progress and the result of its original request; and its
 //! experimental tasks client (protocol 2025-11-25 MCP tasks) end to end.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -38,13 +37,7 @@ fn the_typescript_sdk_resumes_an_interrupted_call_across_a_kill() {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("running node");
-    let (tx, rx) = std::sync::mpsc::channel();
-    let stdout = node.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let rx = durable_tests::stdout_lines(&mut node);
     let mut lines: Vec<Value> = Vec::new();
     let mut killed = false;
     let outcome = loop {
@@ -67,7 +60,8 @@ fn the_typescript_sdk_resumes_an_interrupted_call_across_a_kill() {
         }
         lines.push(value);
     };
-    let status = node.wait().unwrap();
+    let status = durable_tests::exit_within(&mut node, Duration::from_secs(30))
+        .expect("the TypeScript client exits after its result");
     assert!(killed, "the server was never killed: {lines:#?}");
     assert!(
         status.success(),

@@ -204,11 +204,24 @@ async fn tasks_result_waits_for_the_end_and_tells_status_changes() {
     let (_dir, server) = server(&["--time-scale", "0.01"]);
     let session = RawSession::open(&server.mcp_url(), V).await;
     let mut notifications = Sse::new(session.get(None).await);
-    let args = json!({"total_items": 6, "batch_size": 1, "processing_delay": 10});
+    // Half a second per step, so the pause below lands before the end.
+    let args = json!({"total_items": 6, "batch_size": 1, "processing_delay": 50});
     let task = create(&session, 1, "run_batch_processing", args, json!({})).await;
     let task_id = task["taskId"].as_str().unwrap().to_owned();
     // No ttl asked: the default is granted and reported.
     assert_eq!(task["ttl"], 24 * 60 * 60 * 1000);
+    // A pause and a resume change the engine status; the MCP status stays `working`, with a
+    // message saying so while paused.
+    for (id, tool) in [(10, "pause_task"), (11, "resume_task")] {
+        let steered = session
+            .call(
+                id,
+                "tools/call",
+                json!({"name": tool, "arguments": {"task_id": task_id}}),
+            )
+            .await;
+        assert_eq!(steered["isError"], false, "{tool}: {steered}");
+    }
 
     // Asked at once, answered only once the task has ended.
     let result = session
@@ -233,9 +246,32 @@ async fn tasks_result_waits_for_the_end_and_tells_status_changes() {
         .map(|event| event.json())
         .filter(|message| message["method"] == "notifications/tasks/status")
         .inspect(|message| assert_eq!(message["params"]["taskId"], task_id))
-        .map(|message| message["params"]["status"].clone())
+        .map(|message| message["params"].clone())
         .collect();
-    assert_eq!(statuses.last().unwrap(), "completed", "{statuses:?}");
+    assert_eq!(
+        statuses.last().unwrap()["status"],
+        "completed",
+        "{statuses:?}"
+    );
+    let paused = statuses
+        .iter()
+        .position(|params| {
+            params["status"] == "working"
+                && params["statusMessage"]
+                    .as_str()
+                    .is_some_and(|message| message.starts_with("paused at "))
+        })
+        .unwrap_or_else(|| panic!("the pause was told as working, paused: {statuses:#?}"));
+    assert!(
+        statuses[paused + 1..]
+            .iter()
+            .any(|params| params["status"] == "working"
+                && !params["statusMessage"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("paused")),
+        "the resume was told: {statuses:#?}"
+    );
 }
 
 #[tokio::test]
@@ -499,22 +535,33 @@ async fn the_extension_shape_through_rmcps_client() {
     let client = within(IO_TIMEOUT, "initialize", TasksClient.serve(transport))
         .await
         .expect("initialize");
+    // Every request under the harness's deadline.
     let call = |tool: &str, args: Value| {
         let Value::Object(args) = args else {
             unreachable!()
         };
-        CallToolRequestParams::new(tool.to_owned()).with_arguments(args)
+        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(args);
+        within(IO_TIMEOUT, "tools/call", client.call_tool_once(params))
     };
-    let get = |task_id: &str| client.get_task(GetTaskParams::new(task_id));
+    let get = |task_id: &str| {
+        within(
+            IO_TIMEOUT,
+            "tasks/get",
+            client.get_task(GetTaskParams::new(task_id)),
+        )
+    };
+    let cancel = |task_id: &str| {
+        within(
+            IO_TIMEOUT,
+            "tasks/cancel",
+            client.cancel_task(CancelTaskParams::new(task_id)),
+        )
+    };
 
     // A task-capable tool answers with a task for a client that declared the extension.
-    let response = within(
-        IO_TIMEOUT,
-        "call",
-        client.call_tool_once(call("run_batch_processing", quick_batch())),
-    )
-    .await
-    .expect("tools/call");
+    let response = call("run_batch_processing", quick_batch())
+        .await
+        .expect("tools/call");
     let CallToolResponse::Task(created) = response else {
         panic!("expected a task, got {response:?}")
     };
@@ -538,8 +585,7 @@ async fn the_extension_shape_through_rmcps_client() {
         result["structuredContent"]["digest"].is_string(),
         "{result:?}"
     );
-    let refused = client
-        .cancel_task(CancelTaskParams::new(task_id.clone()))
+    let refused = cancel(&task_id)
         .await
         .expect_err("cancelling a completed task");
     assert!(
@@ -548,23 +594,18 @@ async fn the_extension_shape_through_rmcps_client() {
     );
 
     // Cancelling a running one.
-    let response = client
-        .call_tool_once(call("run_batch_processing", endless_batch()))
+    let response = call("run_batch_processing", endless_batch())
         .await
         .expect("tools/call");
     let CallToolResponse::Task(running) = response else {
         panic!("{response:?}")
     };
-    client
-        .cancel_task(CancelTaskParams::new(running.task.task_id.clone()))
-        .await
-        .expect("tasks/cancel");
+    cancel(&running.task.task_id).await.expect("tasks/cancel");
     let cancelled = get(&running.task.task_id).await.expect("tasks/get").task;
     assert_eq!(cancelled.status(), TaskStatus::Cancelled);
 
     // Tools that forbid tasks answer plainly; unknown ids are errors.
-    let plain = client
-        .call_tool_once(call("get_server_stats", json!({})))
+    let plain = call("get_server_stats", json!({}))
         .await
         .expect("plain call");
     assert!(matches!(plain, CallToolResponse::Complete(_)), "{plain:?}");
@@ -572,5 +613,7 @@ async fn the_extension_shape_through_rmcps_client() {
         .await
         .expect_err("unknown task");
     assert!(unknown.to_string().contains("unknown task"), "{unknown}");
-    client.cancel().await.expect("close");
+    within(IO_TIMEOUT, "close", client.cancel())
+        .await
+        .expect("close");
 }
