@@ -15,7 +15,8 @@ const report = {};
 report.tools = (await client.listTools()).tools.map((tool) => tool.name).sort();
 const started = await client.callTool({
   name: 'start_batch_processing',
-  arguments: { batch_size: 1, total_items: 5, processing_delay: 2 },
+  // About a second in all, so the subscription below hears of later steps.
+  arguments: { batch_size: 1, total_items: 5, processing_delay: 20 },
 });
 const uri = started.structuredContent.status_uri;
 await client.subscribeResource({ uri });

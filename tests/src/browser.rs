@@ -78,10 +78,13 @@ impl Browser {
 
     /// Text of the first element matching `css`, or "" if there is none.
     pub async fn text(&self, css: &str) -> String {
-        match self.client.find(Locator::Css(css)).await {
-            Ok(element) => element.text().await.unwrap_or_default(),
-            Err(_) => String::new(),
-        }
+        within(UI_TIMEOUT, css, async {
+            match self.client.find(Locator::Css(css)).await {
+                Ok(element) => element.text().await.unwrap_or_default(),
+                Err(_) => String::new(),
+            }
+        })
+        .await
     }
 
     /// Waits until `check` returns `Some`, polling the page.

@@ -4,12 +4,12 @@
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::time::Duration;
 
-use durable_tests::Server;
+use durable_shared::sse::stream_position;
 use durable_tests::browser::{Browser, UI_TIMEOUT};
 use durable_tests::proxy::Proxy;
 use durable_tests::within;
+use durable_tests::{Client, Server, wait_progress};
 use fantoccini::Locator;
 
 fn dist() -> String {
@@ -32,31 +32,34 @@ fn server(extra: &[&str]) -> (tempfile::TempDir, Server) {
 
 /// Rows currently shown, as (task id, status).
 async fn rows(browser: &Browser) -> Vec<(String, String)> {
-    let mut rows = Vec::new();
-    for row in browser
-        .client
-        .find_all(Locator::Css("tr[data-test=task-row]"))
-        .await
-        .unwrap_or_default()
-    {
-        let id = row
-            .attr("data-task-id")
+    within(UI_TIMEOUT, "the task rows", async {
+        let mut rows = Vec::new();
+        for row in browser
+            .client
+            .find_all(Locator::Css("tr[data-test=task-row]"))
             .await
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-        let status = row
-            .attr("data-status")
-            .await
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-        // A row re-rendered while being read has no attributes: skip it this time.
-        if !id.is_empty() {
-            rows.push((id, status));
+            .unwrap_or_default()
+        {
+            let id = row
+                .attr("data-task-id")
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_default();
+            let status = row
+                .attr("data-status")
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_default();
+            // A row re-rendered while being read has no attributes: skip it this time.
+            if !id.is_empty() {
+                rows.push((id, status));
+            }
         }
-    }
-    rows
+        rows
+    })
+    .await
 }
 
 async fn wait_status(browser: &Browser, task_id: &str, status: &str) {
@@ -105,24 +108,27 @@ async fn start(browser: &Browser, tab: usize, tool: &str, fields: &[(&str, &str)
 
 /// Event ids in the open detail panel's timeline, oldest first.
 async fn timeline(browser: &Browser) -> Vec<(String, u64)> {
-    let mut ids = Vec::new();
-    for item in browser
-        .client
-        .find_all(Locator::Css("[data-test=timeline] li"))
-        .await
-        .unwrap_or_default()
-    {
-        let id = item
-            .attr("data-event-id")
+    within(UI_TIMEOUT, "the timeline", async {
+        let mut ids = Vec::new();
+        for item in browser
+            .client
+            .find_all(Locator::Css("[data-test=timeline] li"))
             .await
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-        let (token, seq) = id.split_once('.').expect("event id token.seq");
-        ids.push((token.to_owned(), seq.parse().expect("seq")));
-    }
-    ids.reverse();
-    ids
+            .unwrap_or_default()
+        {
+            let id = item
+                .attr("data-event-id")
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_default();
+            let (token, seq) = stream_position(&id).expect("event id token.seq");
+            ids.push((token.to_owned(), seq));
+        }
+        ids.reverse();
+        ids
+    })
+    .await
 }
 
 fn assert_no_gap_or_duplicate(ids: &[(String, u64)]) {
@@ -208,10 +214,14 @@ async fn the_dashboard_runs_steers_and_survives_a_reload() {
         .click(&format!("tr[data-task-id='{training}'] button.link"))
         .await;
     browser
-        .client
-        .find(Locator::Css("[data-test=training-chart]"))
-        .await
-        .expect("training chart");
+        .wait_for("the training chart", || async {
+            browser
+                .client
+                .find(Locator::Css("[data-test=training-chart]"))
+                .await
+                .ok()
+        })
+        .await;
     browser.screenshot("dashboard-training-detail").await;
 
     // Reload in the middle of a task: same client and session, timeline without gaps.
@@ -248,10 +258,20 @@ async fn the_dashboard_runs_steers_and_survives_a_reload() {
     browser
         .click(&format!("tr[data-task-id='{long}'] button.link"))
         .await;
-    let ids = timeline(&browser).await;
+    let ids = browser
+        .wait_for("every step in the timeline", || async {
+            let ids = timeline(&browser).await;
+            (ids.len() >= 60).then_some(ids)
+        })
+        .await;
     assert!(ids.len() >= 60, "every step in the timeline: {}", ids.len());
     assert_no_gap_or_duplicate(&ids);
-    let shown = rows(&browser).await;
+    let shown = browser
+        .wait_for("the four tasks' rows", || async {
+            let shown = rows(&browser).await;
+            (shown.len() >= 4).then_some(shown)
+        })
+        .await;
     let unique: BTreeSet<&String> = shown.iter().map(|(id, _)| id).collect();
     assert_eq!(unique.len(), shown.len(), "no duplicate rows");
     assert_eq!(shown.len(), 4);
@@ -366,11 +386,7 @@ async fn the_dashboard_recovers_from_a_cut_network_and_a_killed_server() {
     );
     let proxy = Proxy::start(server.addr).await;
     let browser = Browser::start().await;
-    browser
-        .client
-        .goto(&format!("http://{}/", proxy.addr))
-        .await
-        .unwrap();
+    browser.goto(&format!("http://{}/", proxy.addr)).await;
     browser
         .wait_text("[data-test=conn]", |t| t == "connected")
         .await;
@@ -403,7 +419,11 @@ async fn the_dashboard_recovers_from_a_cut_network_and_a_killed_server() {
         .await;
     browser.screenshot("dashboard-reconnecting").await;
     let frozen = percent(&browser, &task).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Let the task move on while the page is cut off, so the page has events to catch up on.
+    let watcher = Client::connect(&server.mcp_url(), None).await;
+    let cut_at = watcher.task(&task).await.progress;
+    wait_progress(&watcher, &task, cut_at + 10).await;
+    watcher.close().await;
     proxy.restore();
     browser
         .wait_text("[data-test=conn]", |t| t == "connected")
@@ -421,7 +441,12 @@ async fn the_dashboard_recovers_from_a_cut_network_and_a_killed_server() {
     browser
         .wait_text("[data-test=conn]", |t| t == "connected")
         .await;
-    let ids = timeline(&browser).await;
+    let ids = browser
+        .wait_for("every step in the timeline", || async {
+            let ids = timeline(&browser).await;
+            (ids.len() >= 150).then_some(ids)
+        })
+        .await;
     assert!(
         ids.len() >= 150,
         "every step, before and after the cut and the kill: {}",

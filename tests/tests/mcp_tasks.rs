@@ -455,7 +455,9 @@ async fn wrong_task_use_gets_the_specified_errors() {
                        "task": {}}}))
         .await;
     assert_eq!(oversized.status(), 413);
-    let body: Value = oversized.json().await.expect("a JSON-RPC error body");
+    let body: Value = within(IO_TIMEOUT, "error body", oversized.json())
+        .await
+        .expect("a JSON-RPC error body");
     assert!(
         body["error"]["message"].as_str().unwrap().contains("65536"),
         "{body}"

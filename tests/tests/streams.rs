@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use durable_shared::TASK_META_KEY;
 use durable_tests::raw::{Event, EventExt, RawSession, Sse};
 use durable_tests::{IO_TIMEOUT, Server, within};
 use serde_json::{Value, json};
@@ -59,6 +60,20 @@ async fn wait_completed(session: &RawSession, id: u64) {
     .await
 }
 
+/// Reads events into `seen` until one tells of the task a start_* call answered with: proof
+/// that the stream is live, not still replaying.
+async fn until_task(stream: &mut Sse, seen: &mut Vec<Event>, started: &Value) {
+    let task_id = started["structuredContent"]["task_id"].clone();
+    assert!(task_id.is_string(), "{started}");
+    let events = stream
+        .until(IO_TIMEOUT, |message| {
+            message["params"]["_meta"][TASK_META_KEY]["task_id"] == task_id
+                || message["params"]["data"]["task_id"] == task_id
+        })
+        .await;
+    seen.extend(events);
+}
+
 fn start_batch(total: u64) -> Value {
     json!({"name": "start_batch_processing", "arguments": {"batch_size": 1, "total_items": total, "processing_delay": 1}})
 }
@@ -96,9 +111,10 @@ async fn the_standalone_stream_resumes_exactly_after_the_last_id_and_then_goes_l
         "every missed update is replayed: {}",
         seen.len()
     );
-    // Live after the replay: a new change arrives on the same connection, next in sequence.
-    session.call(4, "tools/call", start_batch(1)).await;
-    seen.push(resumed.next(IO_TIMEOUT).await.expect("a live update"));
+    // Live after the replay: a change of a task started only now arrives on the same
+    // connection, next in sequence.
+    let fresh = session.call(4, "tools/call", start_batch(1)).await;
+    until_task(&mut resumed, &mut seen, &fresh).await;
     assert_contiguous(&seen);
     for event in &seen[1..] {
         let method = event.json()["method"].clone();
@@ -208,41 +224,57 @@ async fn bad_last_event_ids_and_sessions_get_the_documented_errors() {
     .await;
     assert_eq!(alice.get(Some(&alices_priming)).await.status(), 200);
 
-    let anonymous = alice
-        .http
-        .get(&alice.url)
-        .header("Accept", "text/event-stream")
-        .header("Last-Event-ID", &alices_priming)
-        .send()
-        .await
-        .unwrap();
+    let anonymous = within(
+        IO_TIMEOUT,
+        "request",
+        alice
+            .http
+            .get(&alice.url)
+            .header("Accept", "text/event-stream")
+            .header("Last-Event-ID", &alices_priming)
+            .send(),
+    )
+    .await
+    .unwrap();
     refused(anonymous, 400, "needs the Mcp-Session-Id header").await;
-    let no_session = alice
-        .http
-        .post(&alice.url)
-        .header("Accept", "application/json, text/event-stream")
-        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
-        .send()
-        .await
-        .unwrap();
+    let no_session = within(
+        IO_TIMEOUT,
+        "request",
+        alice
+            .http
+            .post(&alice.url)
+            .header("Accept", "application/json, text/event-stream")
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+            .send(),
+    )
+    .await
+    .unwrap();
     assert_eq!(no_session.status(), 400);
-    let unknown = alice
-        .http
-        .post(&alice.url)
-        .header("Accept", "application/json, text/event-stream")
-        .header("Mcp-Session-Id", "no-such-session")
-        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
-        .send()
-        .await
-        .unwrap();
+    let unknown = within(
+        IO_TIMEOUT,
+        "request",
+        alice
+            .http
+            .post(&alice.url)
+            .header("Accept", "application/json, text/event-stream")
+            .header("Mcp-Session-Id", "no-such-session")
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+            .send(),
+    )
+    .await
+    .unwrap();
     assert_eq!(unknown.status(), 404);
-    let foreign = alice
-        .request(reqwest::Method::GET)
-        .header("Origin", "https://evil.example")
-        .header("Last-Event-ID", &alices_priming)
-        .send()
-        .await
-        .unwrap();
+    let foreign = within(
+        IO_TIMEOUT,
+        "request",
+        alice
+            .request(reqwest::Method::GET)
+            .header("Origin", "https://evil.example")
+            .header("Last-Event-ID", &alices_priming)
+            .send(),
+    )
+    .await
+    .unwrap();
     assert_eq!(foreign.status(), 403);
 
     let deleted = within(
@@ -429,10 +461,11 @@ async fn after_a_kill_the_session_streams_and_the_interrupted_call_all_resume() 
         .await;
     common.push(standalone.next(IO_TIMEOUT).await.unwrap());
     server.kill9();
-    assert!(
-        post.next(IO_TIMEOUT).await.is_none(),
-        "the call's connection died with the server"
-    );
+    // Events already in flight still arrive; then the call's connection ends with the server
+    // (`next` fails the test if it does not).
+    while let Some(event) = post.next(IO_TIMEOUT).await {
+        call_events.push(event);
+    }
     drop((post, standalone));
     server.restart();
 
@@ -486,13 +519,8 @@ async fn after_a_kill_the_session_streams_and_the_interrupted_call_all_resume() 
     while let Some(event) = standalone.next_or_idle(IDLE).await {
         common.push(event);
     }
-    session.call(3, "tools/call", start_batch(1)).await;
-    common.push(
-        standalone
-            .next(IO_TIMEOUT)
-            .await
-            .expect("a live update after the restart"),
-    );
+    let fresh = session.call(3, "tools/call", start_batch(1)).await;
+    until_task(&mut standalone, &mut common, &fresh).await;
     assert_contiguous(&common);
     assert!(
         common.len() > 10,

@@ -219,10 +219,11 @@ async fn resumable_processing_streams_progress_and_a_repeat_call_attaches() {
 async fn resources_show_tasks_and_subscribers_hear_of_every_change() {
     let (_dir, server) = server(&["--time-scale", "0.01"]);
     let client = Client::connect(&server.mcp_url(), Some("watcher")).await;
+    // 0.2 s per step: every step comes after the subscriptions below, however slow they are.
     let started = client
         .call_ok(
             "start_batch_processing",
-            json!({"batch_size": 1, "total_items": 6, "processing_delay": 5}),
+            json!({"batch_size": 1, "total_items": 6, "processing_delay": 20}),
         )
         .await;
     let id = task_id(&started);
