@@ -4,11 +4,13 @@
 //! This crate is deliberately small and portable: serde, serde_json and chrono without a clock,
 //! so that it compiles for `wasm32-unknown-unknown` as well as natively.
 
+mod event_id;
 pub mod results;
 pub mod sse;
 mod status;
 mod task;
 
+pub use event_id::{EventId, MalformedEventId};
 pub use status::{TaskStatus, UnknownStatus};
 pub use task::{
     CLIENT_ID_HEADER, CheckpointStats, ServerStats, TASK_META_KEY, TaskInfo, TaskList, kinds,

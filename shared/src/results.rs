@@ -41,6 +41,30 @@ pub struct EpochMetrics {
     pub accuracy: f64,
 }
 
+impl EpochMetrics {
+    /// The progress message of this epoch's step ("Epoch 3/100 - Loss: 0.6123, Accuracy:
+    /// 0.7100"), which [`EpochMetrics::from_progress_message`] reads back (to four decimals):
+    /// clients plot a running training from its messages.
+    pub fn progress_message(&self, epochs: u64) -> String {
+        format!(
+            "Epoch {}/{epochs} - Loss: {:.4}, Accuracy: {:.4}",
+            self.epoch, self.loss, self.accuracy
+        )
+    }
+
+    /// The metrics in a message written by [`EpochMetrics::progress_message`].
+    pub fn from_progress_message(message: &str) -> Option<EpochMetrics> {
+        let (epoch, rest) = message.strip_prefix("Epoch ")?.split_once('/')?;
+        let (_, metrics) = rest.split_once(" - Loss: ")?;
+        let (loss, accuracy) = metrics.split_once(", Accuracy: ")?;
+        Some(EpochMetrics {
+            epoch: epoch.parse().ok()?,
+            loss: loss.trim().parse().ok()?,
+            accuracy: accuracy.trim().parse().ok()?,
+        })
+    }
+}
+
 /// Result of `start_ml_training`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainingResult {
@@ -74,4 +98,28 @@ pub struct ProcessingResult {
     /// Sum of all record values: equal for equal inputs, however often the task was interrupted.
     pub value_sum: u64,
     pub status: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn epoch_messages_read_back() {
+        let metrics = EpochMetrics {
+            epoch: 3,
+            loss: 0.612_345,
+            accuracy: 0.71,
+        };
+        let message = metrics.progress_message(100);
+        assert_eq!(message, "Epoch 3/100 - Loss: 0.6123, Accuracy: 0.7100");
+        let read = EpochMetrics::from_progress_message(&message).unwrap();
+        assert_eq!(read.epoch, 3);
+        assert!((read.loss - metrics.loss).abs() < 1e-4);
+        assert!((read.accuracy - metrics.accuracy).abs() < 1e-4);
+        assert_eq!(
+            EpochMetrics::from_progress_message("Processed 3/10 items"),
+            None
+        );
+    }
 }

@@ -1,6 +1,8 @@
 //! Server-sent events as this server writes them, parsed the same way by every client of the
 //! project (the dashboard and the test suites).
 
+use crate::EventId;
+
 /// One SSE event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SseEvent {
@@ -47,16 +49,10 @@ impl SseEvent {
         self.data.is_empty()
     }
 
-    /// The stream token and sequence number of this event's id.
-    pub fn stream_position(&self) -> Option<(&str, u64)> {
-        stream_position(self.id.as_deref()?)
+    /// This event's id, if it is one of the server's.
+    pub fn event_id(&self) -> Option<EventId> {
+        self.id.as_deref()?.parse().ok()
     }
-}
-
-/// The stream token and sequence number of this server's event id `token.seq`.
-pub fn stream_position(id: &str) -> Option<(&str, u64)> {
-    let (token, seq) = id.split_once('.')?;
-    Some((token, seq.parse().ok()?))
 }
 
 /// Splits a buffer of SSE text at the end of its first complete event, if there is one.
@@ -74,7 +70,13 @@ mod tests {
         let event = SseEvent::parse("id: abc.3\nretry: 3000\ndata: \n\n").unwrap();
         assert!(event.is_priming());
         assert_eq!(event.retry_ms, Some(3000));
-        assert_eq!(event.stream_position(), Some(("abc", 3)));
+        assert_eq!(event.id.as_deref(), Some("abc.3"));
+        let event = SseEvent::parse("id: 0123456789abcdef0123456789abcdef.3\ndata: \n\n").unwrap();
+        let id = event.event_id().unwrap();
+        assert_eq!(
+            (id.token.as_str(), id.seq),
+            ("0123456789abcdef0123456789abcdef", 3)
+        );
         let event = SseEvent::parse("data: {\"a\":1}\nid:x.1\n\n").unwrap();
         assert_eq!(event.data, "{\"a\":1}");
         assert_eq!(SseEvent::parse(":keep-alive\n\n"), None);

@@ -29,8 +29,8 @@ impl EventExt for Event {
     }
 
     fn seq(&self) -> (String, u64) {
-        let (token, seq) = self.stream_position().expect("an event id token.seq");
-        (token.to_owned(), seq)
+        let id = self.event_id().expect("an event id token.seq");
+        (id.token, id.seq)
     }
 }
 

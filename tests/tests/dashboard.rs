@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use durable_shared::sse::stream_position;
+use durable_shared::EventId;
 use durable_tests::browser::{Browser, UI_TIMEOUT};
 use durable_tests::proxy::Proxy;
 use durable_tests::within;
@@ -122,8 +122,8 @@ async fn timeline(browser: &Browser) -> Vec<(String, u64)> {
                 .ok()
                 .flatten()
                 .unwrap_or_default();
-            let (token, seq) = stream_position(&id).expect("event id token.seq");
-            ids.push((token.to_owned(), seq));
+            let id: EventId = id.parse().expect("event id token.seq");
+            ids.push((id.token, id.seq));
         }
         ids.reverse();
         ids

@@ -5,8 +5,8 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
+use durable_shared::EventId;
 use durable_shared::TaskStatus;
-use durable_shared::sse::stream_position;
 use durable_shared::{TASK_META_KEY, TaskInfo, TaskList, list_uri, status_uri};
 use leptos::prelude::*;
 use serde_json::{Value, json};
@@ -157,11 +157,12 @@ async fn follow(
         };
         // Never apply an event twice: ids increase within a stream.
         let last = mcp.session().and_then(|s| s.last_event_id);
-        if let (Some(last), Some((token, seq))) = (
-            last.as_deref().and_then(stream_position),
-            stream_position(&id),
-        ) && last.0 == token
-            && seq <= last.1
+        if let (Some(last), Some(this)) = (
+            last.as_deref()
+                .and_then(|last| last.parse::<EventId>().ok()),
+            event.event_id(),
+        ) && last.token == this.token
+            && this.seq <= last.seq
         {
             continue;
         }

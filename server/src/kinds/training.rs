@@ -156,16 +156,14 @@ impl TaskKind for MlTraining {
         let (weights, loss, accuracy) = epoch(&state.weights, &data);
         let number = state.history.len() as u64 + 1;
         let mut history = state.history.clone();
-        history.push(EpochMetrics {
+        let metrics = EpochMetrics {
             epoch: number,
             loss,
             accuracy,
-        });
+        };
+        history.push(metrics);
         let next = TrainingState { weights, history };
-        let message = format!(
-            "Epoch {number}/{} - Loss: {loss:.4}, Accuracy: {accuracy:.4}",
-            params.epochs
-        );
+        let message = metrics.progress_message(params.epochs);
         if number < params.epochs {
             return Ok(Step::Continue {
                 state: next,

@@ -162,7 +162,7 @@ async fn check_resume(
     let store = streams.store();
     let id: EventId = last_event_id
         .parse()
-        .map_err(|e: super::event_id::MalformedEventId| {
+        .map_err(|e: durable_shared::MalformedEventId| {
             refuse(
                 StatusCode::BAD_REQUEST,
                 format!("{e}. Reconnect without Last-Event-ID and re-read the state you need."),

@@ -8,7 +8,6 @@
 //! events after the given id and then tails the stream from the store, woken by each append. A
 //! request's stream ends after its final response; the standalone stream never ends on its own.
 
-mod event_id;
 pub mod layer;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -27,7 +26,7 @@ use rmcp::transport::streamable_http_server::session::{
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
-pub use event_id::EventId;
+pub use durable_shared::EventId;
 
 use crate::store::{NewEvent, Store, StoredEvent};
 

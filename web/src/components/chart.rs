@@ -44,24 +44,3 @@ pub fn TrainingChart(history: Vec<EpochMetrics>) -> impl IntoView {
         </figure>
     }
 }
-
-/// Epoch metrics from progress messages ("Epoch 3/100 - Loss: 0.6, Accuracy: 0.7"), for a
-/// training task still running (a finished one has the exact series in its result).
-pub fn parse_epoch(message: &str) -> Option<EpochMetrics> {
-    let rest = message.strip_prefix("Epoch ")?;
-    let (epoch, rest) = rest.split_once('/')?;
-    let loss = rest
-        .split("Loss: ")
-        .nth(1)?
-        .split(',')
-        .next()?
-        .trim()
-        .parse()
-        .ok()?;
-    let accuracy = rest.split("Accuracy: ").nth(1)?.trim().parse().ok()?;
-    Some(EpochMetrics {
-        epoch: epoch.parse().ok()?,
-        loss,
-        accuracy,
-    })
-}

@@ -1,10 +1,10 @@
 //! The detail panel of the selected task: parameters, timestamps, result or error, the event
 //! timeline with event ids, and the training chart.
 
-use durable_shared::results::TrainingResult;
+use durable_shared::results::{EpochMetrics, TrainingResult};
 use leptos::prelude::*;
 
-use super::chart::{TrainingChart, parse_epoch};
+use super::chart::TrainingChart;
 use super::dashboard;
 
 #[component]
@@ -28,7 +28,7 @@ pub fn Detail() -> impl IntoView {
                     // subscribed resources repeats the last epoch's message.
                     let epochs: std::collections::BTreeMap<u64, _> = timeline
                         .iter()
-                        .filter_map(|e| parse_epoch(&e.message))
+                        .filter_map(|e| EpochMetrics::from_progress_message(&e.message))
                         .map(|m| (m.epoch, m))
                         .collect();
                     epochs.into_values().collect()
@@ -54,7 +54,7 @@ pub fn Detail() -> impl IntoView {
                     <h3>"Parameters"</h3>
                     <pre>{serde_json::to_string_pretty(&task.parameters).unwrap_or_default()}</pre>
                     {task.error.clone().map(|e| view! { <h3>"Error"</h3><pre class="error">{e}</pre> })}
-                    {(task.kind == "ml_training" && !history.is_empty()).then(|| view! { <TrainingChart history=history /> })}
+                    {(task.kind == durable_shared::kinds::ML_TRAINING && !history.is_empty()).then(|| view! { <TrainingChart history=history /> })}
                     {task.result_data.clone().map(|r| view! {
                         <details><summary>"Result"</summary><pre data-test="result">{serde_json::to_string_pretty(&r).unwrap_or_default()}</pre></details>
                     })}

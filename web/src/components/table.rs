@@ -1,6 +1,6 @@
 //! The live task table with filters and row actions.
 
-use durable_shared::{TaskInfo, TaskStatus};
+use durable_shared::{TaskInfo, TaskStatus, kinds};
 use leptos::prelude::*;
 use serde_json::json;
 
@@ -9,10 +9,10 @@ use super::dashboard;
 /// How a kind is named on screen.
 pub(crate) fn kind_label(kind: &str) -> &str {
     match kind {
-        "data_migration" => "Data migration",
-        "batch_processing" => "Batch processing",
-        "ml_training" => "ML training",
-        "data_processing" => "Data processing",
+        kinds::DATA_MIGRATION => "Data migration",
+        kinds::BATCH_PROCESSING => "Batch processing",
+        kinds::ML_TRAINING => "ML training",
+        kinds::DATA_PROCESSING => "Data processing",
         other => other,
     }
 }
@@ -22,14 +22,16 @@ fn summary(task: &TaskInfo) -> String {
     let p = &task.parameters;
     let field = |name: &str| p[name].to_string().trim_matches('"').to_owned();
     match task.kind.as_str() {
-        "data_migration" => format!("{} → {}", field("source_path"), field("destination_path")),
-        "batch_processing" => format!(
+        kinds::DATA_MIGRATION => {
+            format!("{} → {}", field("source_path"), field("destination_path"))
+        }
+        kinds::BATCH_PROCESSING => format!(
             "{} items × {}/batch",
             field("total_items"),
             field("batch_size")
         ),
-        "ml_training" => format!("{}, {} epochs", field("model_name"), field("epochs")),
-        "data_processing" => format!(
+        kinds::ML_TRAINING => format!("{}, {} epochs", field("model_name"), field("epochs")),
+        kinds::DATA_PROCESSING => format!(
             "{}, {} records",
             field("dataset_name"),
             field("total_records")

@@ -1,4 +1,5 @@
-//! The SSE event ids this server hands out: `{token}.{seq}`.
+//! The SSE event ids the server hands out: `{token}.{seq}`, parsed the same way by the server
+//! (to check a `Last-Event-ID`) and by its clients (to order events).
 
 use std::fmt;
 use std::str::FromStr;
@@ -12,11 +13,20 @@ pub struct EventId {
 }
 
 /// Why a `Last-Event-ID` could not be parsed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "Last-Event-ID {0:?} is not an event id of this server (expected <32 hex digits>.<number>)"
-)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MalformedEventId(pub String);
+
+impl fmt::Display for MalformedEventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Last-Event-ID {:?} is not an event id of this server (expected <32 hex digits>.<number>)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for MalformedEventId {}
 
 impl FromStr for EventId {
     type Err = MalformedEventId;
