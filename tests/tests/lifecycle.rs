@@ -12,10 +12,6 @@ fn task_id(started: &Value) -> String {
     started["task_id"].as_str().expect("task_id").to_owned()
 }
 
-/// Absence of activity can only be observed over time: this is how long a paused or cancelled
-/// task is watched, about thirty of its step durations.
-const QUIET_PERIOD: Duration = Duration::from_millis(300);
-
 #[tokio::test]
 async fn a_paused_task_runs_no_step_and_resumes_to_the_uninterrupted_result() {
     let dir = tempfile::tempdir().unwrap();
@@ -31,7 +27,10 @@ async fn a_paused_task_runs_no_step_and_resumes_to_the_uninterrupted_result() {
         .await;
     assert_eq!(paused["status"], json!("paused"));
     let before = client.task(&paused_id).await;
-    tokio::time::sleep(QUIET_PERIOD).await;
+    // Absence of steps is observed against a clock: the baseline, running at the same pace,
+    // takes ten more steps meanwhile.
+    let clock = client.task(&baseline_id).await.progress;
+    wait_progress(&client, &baseline_id, clock + 10).await;
     let after = client.task(&paused_id).await;
     assert_eq!(after.status, TaskStatus::Paused);
     assert_eq!(
@@ -121,7 +120,17 @@ async fn cancel_of_a_paused_task_is_final_and_nothing_runs_after() {
     client.call_ok("pause_task", json!({"task_id": id})).await;
     client.call_ok("cancel_task", json!({"task_id": id})).await;
     let before = client.task(&id).await;
-    tokio::time::sleep(QUIET_PERIOD).await;
+    // Absence of steps is observed against a clock: a task with steps as long as an epoch
+    // takes five of them meanwhile.
+    let clock = task_id(
+        &client
+            .call_ok(
+                "start_batch_processing",
+                json!({"batch_size": 1, "total_items": 60, "processing_delay": 10}),
+            )
+            .await,
+    );
+    wait_progress(&client, &clock, 5).await;
     let after = client.task(&id).await;
     assert_eq!(after.status, TaskStatus::Cancelled);
     assert_eq!(after.step, before.step, "a step ran after cancel");
