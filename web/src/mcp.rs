@@ -57,6 +57,11 @@ fn local_storage() -> Option<web_sys::Storage> {
     web_sys::window()?.local_storage().ok()?
 }
 
+/// This tab's storage: survives a reload, is not shared with other tabs, goes with the tab.
+pub(crate) fn tab_storage() -> Option<web_sys::Storage> {
+    web_sys::window()?.session_storage().ok()?
+}
+
 fn random_id() -> String {
     (0..4)
         .map(|_| {
@@ -68,37 +73,35 @@ fn random_id() -> String {
         .collect()
 }
 
-/// This browser's client id, created once.
-pub fn client_id() -> String {
-    let storage = local_storage();
+/// The id stored under `key`, created (and stored, if storage is available) the first time.
+fn stored_id(
+    storage: Option<web_sys::Storage>,
+    key: &str,
+    create: impl FnOnce() -> String,
+) -> String {
     if let Some(id) = storage
         .as_ref()
-        .and_then(|s| s.get_item(CLIENT_ID_KEY).ok().flatten())
+        .and_then(|s| s.get_item(key).ok().flatten())
     {
         return id;
     }
-    let id = format!("web-{}", random_id());
+    let id = create();
     if let Some(storage) = storage {
-        let _ = storage.set_item(CLIENT_ID_KEY, &id);
+        let _ = storage.set_item(key, &id);
     }
     id
 }
 
-/// This tab's id: kept in `sessionStorage`, which survives a reload but is not shared with
-/// other tabs, so each tab has its own MCP session and stream.
+/// This browser's client id, created once.
+pub fn client_id() -> String {
+    stored_id(local_storage(), CLIENT_ID_KEY, || {
+        format!("web-{}", random_id())
+    })
+}
+
+/// This tab's id: in the tab's own storage, so each tab has its own MCP session and stream.
 fn tab_id() -> String {
-    let storage = web_sys::window().and_then(|w| w.session_storage().ok().flatten());
-    if let Some(id) = storage
-        .as_ref()
-        .and_then(|s| s.get_item(TAB_ID_KEY).ok().flatten())
-    {
-        return id;
-    }
-    let id = random_id();
-    if let Some(storage) = storage {
-        let _ = storage.set_item(TAB_ID_KEY, &id);
-    }
-    id
+    stored_id(tab_storage(), TAB_ID_KEY, random_id)
 }
 
 /// What a tab persists about its session.

@@ -7,26 +7,18 @@ use durable_shared::{TaskInfo, TaskStatus};
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use crate::mcp::tab_storage;
+
 /// Timeline entries kept per task.
 const TIMELINE_LIMIT: usize = 200;
 /// Where the timelines are kept: in `sessionStorage`, so each tab keeps its own (they follow
 /// its own session's events) through reloads, and they go with the tab.
 const TIMELINE_KEY: &str = "durable-mcp/timelines";
 
-fn tab_storage() -> Option<web_sys::Storage> {
-    window().session_storage().ok().flatten()
-}
-
 /// The current UTC time of day, formatted like task timestamps.
-fn now_utc() -> String {
-    let now = js_sys::Date::new_0();
-    format!(
-        "{:02}:{:02}:{:02}.{:03}",
-        now.get_utc_hours(),
-        now.get_utc_minutes(),
-        now.get_utc_seconds(),
-        now.get_utc_milliseconds()
-    )
+/// How times are shown in the timeline.
+fn clock(time: chrono::DateTime<chrono::Utc>) -> String {
+    time.format("%H:%M:%S%.3f").to_string()
 }
 
 /// How the standalone stream stands.
@@ -138,7 +130,7 @@ impl Dashboard {
     pub fn apply_event(&self, event_id: &str, task: TaskInfo) {
         let entry = TimelineEntry {
             event_id: event_id.to_owned(),
-            at: task.updated_at.format("%H:%M:%S%.3f").to_string(),
+            at: clock(task.updated_at),
             status: task.status,
             progress: task.progress,
             total: task.total,
@@ -156,7 +148,10 @@ impl Dashboard {
             .with_untracked(|tasks| tasks.get(task_id).map_or((0, 0), |t| (t.progress, t.total)));
         let entry = TimelineEntry {
             event_id: event_id.to_owned(),
-            at: now_utc(),
+            at: clock(
+                chrono::DateTime::from_timestamp_millis(js_sys::Date::now() as i64)
+                    .unwrap_or_default(),
+            ),
             status,
             progress,
             total,
