@@ -15,8 +15,21 @@ pub const UI_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub struct Browser {
     pub client: Client,
-    driver: Child,
+    _driver: Driver,
     _profile: tempfile::TempDir,
+}
+
+/// A chromedriver in its own process group; dropping it kills chromedriver and every Chromium
+/// it started.
+struct Driver(Child);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-9", "--", &format!("-{}", self.0.id())])
+            .status();
+        let _ = self.0.wait();
+    }
 }
 
 fn free_port() -> u16 {
@@ -26,26 +39,56 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// Attempts at starting chromedriver and a session before a test gives up.
+const START_ATTEMPTS: usize = 3;
+
 impl Browser {
+    /// Starts chromedriver and a headless Chromium session. The free port chromedriver is given
+    /// can be taken by another process before it binds, so a failed start is retried on a new
+    /// port.
     pub async fn start() -> Browser {
+        let mut failures = Vec::new();
+        for _ in 0..START_ATTEMPTS {
+            match Self::try_start().await {
+                Ok(browser) => return browser,
+                Err(e) => failures.push(e),
+            }
+        }
+        panic!("cannot start a WebDriver session: {failures:#?}");
+    }
+
+    async fn try_start() -> Result<Browser, String> {
         let port = free_port();
-        // Its own process group, so Drop can kill chromedriver and every Chromium it started.
-        let driver = Command::new("chromedriver")
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .expect("chromedriver (apt-get install chromium-driver; scripts/setup does)");
-        within(UI_TIMEOUT, "chromedriver to listen", async {
-            while tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_err()
-            {
+        let driver = Driver(
+            Command::new("chromedriver")
+                .arg(format!("--port={port}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .process_group(0)
+                .spawn()
+                .expect("chromedriver (apt-get install chromium-driver; scripts/setup does)"),
+        );
+        // Ready when this chromedriver answers its status endpoint (a bare TCP connect could
+        // reach whatever else holds the port).
+        let status = format!("http://127.0.0.1:{port}/status");
+        let http = reqwest::Client::new();
+        tokio::time::timeout(UI_TIMEOUT, async {
+            loop {
+                let ready = match http.get(&status).send().await {
+                    Ok(response) => response
+                        .json::<Value>()
+                        .await
+                        .is_ok_and(|status| status["value"]["ready"] == true),
+                    Err(_) => false,
+                };
+                if ready {
+                    return;
+                }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         })
-        .await;
+        .await
+        .map_err(|_| format!("chromedriver on port {port} never became ready"))?;
         let profile = tempfile::tempdir().expect("browser profile");
         let mut capabilities = serde_json::Map::new();
         capabilities.insert(
@@ -60,20 +103,20 @@ impl Browser {
                 ],
             }),
         );
-        let client = within(
+        let client = tokio::time::timeout(
             UI_TIMEOUT,
-            "a browser session",
             ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
                 .capabilities(capabilities)
                 .connect(&format!("http://127.0.0.1:{port}")),
         )
         .await
-        .expect("WebDriver session");
-        Browser {
+        .map_err(|_| format!("no WebDriver session on port {port} within {UI_TIMEOUT:?}"))?
+        .map_err(|e| format!("WebDriver session on port {port}: {e}"))?;
+        Ok(Browser {
             client,
-            driver,
+            _driver: driver,
             _profile: profile,
-        }
+        })
     }
 
     /// Text of the first element matching `css`, or "" if there is none.
@@ -173,14 +216,5 @@ impl Browser {
             self.client.clone().close(),
         )
         .await;
-    }
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-9", "--", &format!("-{}", self.driver.id())])
-            .status();
-        let _ = self.driver.wait();
     }
 }
