@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use durable_mcp::engine::{Engine, EngineConfig, Env, Plan, Step, StepError, TaskKind};
 use durable_mcp::store::{NewTask, StepCommit, Store};
+use durable_shared::kinds::{KindSpec, ParamError};
 use serde_json::{Value, json};
 use support::{Session, serve};
 use tokio_util::sync::CancellationToken;
@@ -27,13 +28,19 @@ const CALLS: usize = 300;
 /// A kind whose steps do nothing but count: what is left is the engine's own cost.
 struct Count;
 
-impl TaskKind for Count {
+impl KindSpec for Count {
     const NAME: &'static str = "count";
+    const TITLE: &'static str = "Count";
+    const DESCRIPTION: &'static str = "Counts its steps.";
+    const RESULT: &'static str = "the count";
     type Params = u64;
-    type State = u64;
     type Output = u64;
+}
 
-    fn plan(&self, steps: &u64, _env: &Env) -> Result<Plan<u64>, String> {
+impl TaskKind for Count {
+    type State = u64;
+
+    fn plan(&self, steps: &u64, _env: &Env) -> Result<Plan<u64>, ParamError> {
         Ok(Plan {
             state: 0,
             total: *steps,

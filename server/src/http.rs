@@ -25,8 +25,8 @@ use crate::config::ServeArgs;
 use crate::engine::{Engine, EngineConfig, Env};
 use crate::kinds;
 use crate::mcp::{
-    AdaptState, CLIENT_ID_HEADER, DurableServer, TaskTtl, adapt_task_requests, legacy_capability,
-    relay,
+    AdaptState, CLIENT_ID_HEADER, DurableServer, Shared, TaskTtl, adapt_task_requests,
+    legacy_capability, relay,
 };
 use crate::store::Store;
 use crate::streams::StreamStore;
@@ -54,7 +54,7 @@ pub async fn run(
         .with_context(|| format!("opening task store at {}", args.db.display()))?;
     let engine = kinds::register_all(Engine::builder())
         .start(
-            store,
+            store.clone(),
             EngineConfig {
                 env: Env {
                     data_dir: args.data_dir.clone(),
@@ -67,7 +67,7 @@ pub async fn run(
         .await
         .context("starting the task engine")?;
     engine.spawn_retention(args.retention, args.retention_interval);
-    let streams = StreamStore::new(engine.store().clone(), shutdown.child_token());
+    let streams = StreamStore::new(store, shutdown.child_token());
     let sessions = Arc::new(session_manager(&args, &streams));
     tokio::spawn(sweep_sessions(
         streams.clone(),
@@ -173,21 +173,13 @@ fn router(
         .with_sse_keep_alive(Some(args.sse_keep_alive))
         .with_cancellation_token(shutdown.child_token());
     config.session_store = Some(Arc::new(streams.clone()));
-    let factory_shutdown = shutdown.clone();
-    let factory_streams = streams.clone();
     let task_ttl = TaskTtl {
         default: DEFAULT_TASK_TTL.min(args.retention),
         max: args.retention,
     };
+    let shared = Shared::new(engine, streams.clone(), task_ttl, shutdown.clone());
     let mcp = StreamableHttpService::new(
-        move || {
-            Ok(DurableServer::new(
-                engine.clone(),
-                factory_streams.clone(),
-                task_ttl,
-                factory_shutdown.clone(),
-            ))
-        },
+        move || Ok(DurableServer::new(shared.clone())),
         sessions,
         config,
     );

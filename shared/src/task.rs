@@ -9,15 +9,6 @@ use serde_json::Value;
 
 use crate::TaskStatus;
 
-/// The names of the built-in task kinds, as stored and as shown to clients.
-pub mod kinds {
-    pub const DATA_MIGRATION: &str = "data_migration";
-    pub const BATCH_PROCESSING: &str = "batch_processing";
-    pub const ML_TRAINING: &str = "ml_training";
-    /// The in-request job of `resumable_data_processing`.
-    pub const DATA_PROCESSING: &str = "data_processing";
-}
-
 /// Key in the `_meta` of a `notifications/resources/updated` holding the task that changed, as
 /// `task://status/{task_id}` shows it right after the change.
 pub const TASK_META_KEY: &str = "durable-mcp/task";

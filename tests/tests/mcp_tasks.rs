@@ -430,11 +430,12 @@ async fn wrong_task_use_gets_the_specified_errors() {
         )
         .await;
     assert_eq!(bad_args["code"], -32602, "{bad_args}");
+    assert_eq!(bad_args["data"]["field"], "total_items", "{bad_args}");
     assert!(
         bad_args["message"]
             .as_str()
             .unwrap()
-            .contains("run_batch_processing"),
+            .contains("batch_processing: total_items: invalid type"),
         "{bad_args}"
     );
     for method in ["tasks/get", "tasks/result", "tasks/cancel"] {

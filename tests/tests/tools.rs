@@ -389,6 +389,36 @@ async fn bad_input_gets_specific_errors_and_the_session_keeps_working() {
         );
     }
 
+    // Each error names the field it is about, for forms to show it in the right place.
+    let field_cases = [
+        (
+            "start_batch_processing",
+            json!({"batch_size": 10}),
+            "total_items",
+        ),
+        (
+            "start_batch_processing",
+            json!({"batch_size": "ten", "total_items": 5}),
+            "batch_size",
+        ),
+        ("start_ml_training", json!({"model_name": ""}), "model_name"),
+        (
+            "start_data_migration",
+            json!({"source_path": "missing.jsonl", "destination_path": "out.jsonl"}),
+            "source_path",
+        ),
+        (
+            "resumable_data_processing",
+            json!({"batch_size": 0}),
+            "batch_size",
+        ),
+    ];
+    for (tool, args, field) in field_cases {
+        let result = client.call(tool, args.clone()).await;
+        let error = result.structured_content.unwrap_or_default();
+        assert_eq!(error["field"], field, "{tool} {args}: {error}");
+    }
+
     std::fs::write(
         dir.path().join("data/short.jsonl"),
         "{\"a\":1}\n{\"a\":2}\n",

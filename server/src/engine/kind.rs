@@ -1,6 +1,8 @@
 //! The contract a durable task kind implements, and the type-erased form the engine stores.
 //!
-//! A kind says three things: how to turn validated parameters into a first checkpoint
+//! A kind is first a [`KindSpec`] (in the shared crate: name, title, parameter and result types,
+//! validation), from which the MCP tools, the CLI and the dashboard forms are derived. As a
+//! [`TaskKind`] it then says three things: how to turn validated parameters into a first checkpoint
 //! ([`TaskKind::plan`]), how to advance a checkpoint by one step ([`TaskKind::step`]), and,
 //! if its steps touch anything outside SQLite, how to bring that back in line with a checkpoint
 //! before continuing ([`TaskKind::restore`]). The engine does the rest: it commits each step's
@@ -12,10 +14,11 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use durable_shared::kinds::{KindSpec, Offer, ParamError, params_schema, parse_params};
 use futures::future::BoxFuture;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::runner::{self, RunContext};
 
@@ -40,19 +43,20 @@ impl Env {
 
     /// Resolves a client-supplied relative path inside the data directory, refusing absolute
     /// paths, `..` and anything that would land outside it.
-    pub fn resolve(&self, field: &str, path: &str) -> Result<PathBuf, String> {
+    pub fn resolve(&self, field: &str, path: &str) -> Result<PathBuf, ParamError> {
+        let refuse = |message: String| Err(ParamError::new(field, message));
         if path.trim().is_empty() {
-            return Err(format!("{field} must not be empty"));
+            return refuse(format!("{field} must not be empty"));
         }
         let relative = Path::new(path);
         for component in relative.components() {
             match component {
                 Component::Normal(_) | Component::CurDir => {}
                 Component::ParentDir => {
-                    return Err(format!("{field} {path:?} must not contain '..'"));
+                    return refuse(format!("{field} {path:?} must not contain '..'"));
                 }
                 Component::RootDir | Component::Prefix(_) => {
-                    return Err(format!(
+                    return refuse(format!(
                         "{field} {path:?} must be relative to the data directory, not absolute"
                     ));
                 }
@@ -61,10 +65,12 @@ impl Env {
         let full = self.data_dir.join(relative);
         // A symlink inside the data directory could still point outside it: check where the
         // existing part of the path really is.
-        let root = self
-            .data_dir
-            .canonicalize()
-            .map_err(|e| format!("data directory {:?} is unusable: {e}", self.data_dir))?;
+        let root = self.data_dir.canonicalize().map_err(|e| {
+            ParamError::general(format!(
+                "data directory {:?} is unusable: {e}",
+                self.data_dir
+            ))
+        })?;
         let mut existing = full.as_path();
         while !existing.exists() {
             existing = match existing.parent() {
@@ -75,7 +81,7 @@ impl Env {
         if let Ok(real) = existing.canonicalize()
             && !real.starts_with(&root)
         {
-            return Err(format!("{field} {path:?} leads outside the data directory"));
+            return refuse(format!("{field} {path:?} leads outside the data directory"));
         }
         Ok(full)
     }
@@ -117,6 +123,13 @@ impl From<std::io::Error> for StepError {
     }
 }
 
+/// A step that finds its (once valid) parameters no longer usable, e.g. a source file gone.
+impl From<ParamError> for StepError {
+    fn from(e: ParamError) -> Self {
+        StepError(e.message)
+    }
+}
+
 impl From<serde_json::Error> for StepError {
     fn from(e: serde_json::Error) -> Self {
         StepError(format!("invalid JSON: {e}"))
@@ -124,17 +137,14 @@ impl From<serde_json::Error> for StepError {
 }
 
 /// A durable task kind. See the module documentation and the README for an example.
-pub trait TaskKind: Send + Sync + 'static {
-    /// The kind's stored name.
-    const NAME: &'static str;
-    type Params: Serialize + DeserializeOwned + Send + Sync + 'static;
+pub trait TaskKind: KindSpec {
     /// The checkpoint: everything needed to continue after the last committed step.
     type State: Serialize + DeserializeOwned + Send + Sync + 'static;
-    type Output: Serialize + Send + 'static;
 
-    /// Validates `params` and returns the first checkpoint. An `Err` is shown to the client as
-    /// an invalid-parameters error, so name the field and the allowed range.
-    fn plan(&self, params: &Self::Params, env: &Env) -> Result<Plan<Self::State>, String>;
+    /// Returns the first checkpoint of parameters that passed [`KindSpec::validate`], checking
+    /// what depends on the server (files in the data directory). An `Err` is shown to the
+    /// client as an invalid-parameters error: name the field and what is allowed.
+    fn plan(&self, params: &Self::Params, env: &Env) -> Result<Plan<Self::State>, ParamError>;
 
     /// Makes effects outside SQLite match `state` before the first step of a run (e.g. truncate
     /// an output file back to the checkpointed length).
@@ -157,6 +167,18 @@ pub trait TaskKind: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Step<Self::State, Self::Output>, StepError>> + Send;
 }
 
+/// What the engine knows of a registered kind, for the layers that offer it (tools, forms).
+#[derive(Debug, Clone)]
+pub struct KindInfo {
+    pub name: &'static str,
+    pub title: &'static str,
+    pub description: &'static str,
+    pub result: &'static str,
+    pub offer: Offer,
+    /// The JSON schema of the parameters, as MCP tools declare input schemas.
+    pub params_schema: Map<String, Value>,
+}
+
 /// A planned task in JSON, ready to store.
 #[derive(Debug)]
 pub struct Planned {
@@ -168,7 +190,8 @@ pub struct Planned {
 /// [`TaskKind`] without its types, so kinds of different types share one registry.
 pub(crate) trait ErasedKind: Send + Sync {
     fn name(&self) -> &'static str;
-    fn plan(&self, params: Value, env: &Env) -> Result<Planned, String>;
+    fn info(&self) -> KindInfo;
+    fn plan(&self, params: Value, env: &Env) -> Result<Planned, ParamError>;
     fn run(self: Arc<Self>, ctx: RunContext) -> BoxFuture<'static, ()>;
 }
 
@@ -179,13 +202,27 @@ impl<K: TaskKind> ErasedKind for Erased<K> {
         K::NAME
     }
 
-    fn plan(&self, params: Value, env: &Env) -> Result<Planned, String> {
-        let params: K::Params = serde_json::from_value(params)
-            .map_err(|e| format!("invalid parameters for {}: {e}", K::NAME))?;
+    fn info(&self) -> KindInfo {
+        KindInfo {
+            name: K::NAME,
+            title: K::TITLE,
+            description: K::DESCRIPTION,
+            result: K::RESULT,
+            offer: K::OFFER,
+            params_schema: params_schema::<K::Params>(),
+        }
+    }
+
+    fn plan(&self, params: Value, env: &Env) -> Result<Planned, ParamError> {
+        let params: K::Params = parse_params(K::NAME, params)?;
+        K::validate(&params)?;
         let plan = self.0.plan(&params, env)?;
+        let json = |value: Result<Value, serde_json::Error>| {
+            value.map_err(|e| ParamError::general(format!("cannot store the plan: {e}")))
+        };
         Ok(Planned {
-            params: serde_json::to_value(&params).map_err(|e| e.to_string())?,
-            checkpoint: serde_json::to_value(&plan.state).map_err(|e| e.to_string())?,
+            params: json(serde_json::to_value(&params))?,
+            checkpoint: json(serde_json::to_value(&plan.state))?,
             total: plan.total,
         })
     }
@@ -216,15 +253,20 @@ mod tests {
         assert_eq!(
             env.resolve("destination_path", "../etc/passwd")
                 .unwrap_err(),
-            "destination_path \"../etc/passwd\" must not contain '..'"
+            ParamError::new(
+                "destination_path",
+                "destination_path \"../etc/passwd\" must not contain '..'"
+            )
         );
         assert_eq!(
-            env.resolve("source_path", "/etc/passwd").unwrap_err(),
+            env.resolve("source_path", "/etc/passwd")
+                .unwrap_err()
+                .message,
             "source_path \"/etc/passwd\" must be relative to the data directory, not absolute"
         );
         std::os::unix::fs::symlink("/tmp", dir.path().join("escape")).unwrap();
         assert_eq!(
-            env.resolve("source_path", "escape/x").unwrap_err(),
+            env.resolve("source_path", "escape/x").unwrap_err().message,
             "source_path \"escape/x\" leads outside the data directory"
         );
     }

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use durable_shared::kinds::ParamError;
 use durable_shared::{CheckpointStats, ServerStats, TaskInfo, TaskStatus};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -21,11 +22,12 @@ use tokio::sync::{Semaphore, broadcast};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use kind::{Env, Plan, Step, StepError, TaskKind};
+pub use kind::{Env, KindInfo, Plan, Step, StepError, TaskKind};
 use kind::{Erased, ErasedKind};
 use runner::RunContext;
 
-use crate::store::{NewTask, Store, StoreError, Transition};
+use crate::store::{NewTask, Store, Transition};
+pub use crate::store::{StoreError, TaskHandle};
 
 /// How many events a slow subscriber may fall behind before it must resynchronise from the store.
 const EVENT_BUFFER: usize = 1024;
@@ -33,7 +35,7 @@ const EVENT_BUFFER: usize = 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error("{0}")]
-    InvalidParams(String),
+    InvalidParams(#[from] ParamError),
     #[error("unknown task kind {0:?}")]
     UnknownKind(String),
     #[error("task {0} not found")]
@@ -130,10 +132,13 @@ impl EngineBuilder {
     ) -> Result<Engine, EngineError> {
         let secret = store.server_secret().await?;
         let (events, _) = broadcast::channel(EVENT_BUFFER);
+        let mut kind_infos: Vec<KindInfo> = self.kinds.values().map(|kind| kind.info()).collect();
+        kind_infos.sort_by_key(|kind| kind.name);
         let engine = Engine {
             inner: Arc::new(Inner {
                 store,
                 kinds: self.kinds,
+                kind_infos,
                 env: config.env,
                 events,
                 workers: Mutex::new(HashMap::new()),
@@ -164,6 +169,8 @@ pub struct Engine {
 pub(crate) struct Inner {
     store: Store,
     kinds: HashMap<&'static str, Arc<dyn ErasedKind>>,
+    /// What [`Engine::kinds`] answers, made once (schemas are not cheap to generate).
+    kind_infos: Vec<KindInfo>,
     env: Env,
     events: broadcast::Sender<TaskEvent>,
     /// The live worker of each task being advanced in this process. A std mutex: it is held for
@@ -242,8 +249,48 @@ impl Engine {
         }
     }
 
-    pub fn store(&self) -> &Store {
-        &self.inner.store
+    /// Makes `task_id` an MCP task handle of `requester`'s (see [`TaskHandle`]), kept `ttl_ms`
+    /// from the task's creation, or at least that long from now if it exists already.
+    pub async fn attach_handle(
+        &self,
+        task_id: &str,
+        requester: &str,
+        tool: &str,
+        ttl_ms: u64,
+    ) -> Result<Option<TaskHandle>, EngineError> {
+        Ok(self
+            .inner
+            .store
+            .upsert_handle(task_id, requester, tool, ttl_ms)
+            .await?)
+    }
+
+    /// `requester`'s live handle on `task_id`; another requester's is `None`.
+    pub async fn handle(
+        &self,
+        task_id: &str,
+        requester: &str,
+    ) -> Result<Option<TaskHandle>, EngineError> {
+        Ok(self.inner.store.handle(task_id, requester).await?)
+    }
+
+    /// A page of `requester`'s live handles in creation order, after `(created_at ms, id)`.
+    pub async fn handles(
+        &self,
+        requester: &str,
+        after: Option<(i64, String)>,
+        limit: usize,
+    ) -> Result<Vec<TaskHandle>, EngineError> {
+        Ok(self
+            .inner
+            .store
+            .list_handles(requester, after, limit)
+            .await?)
+    }
+
+    /// The registered kinds, by name.
+    pub fn kinds(&self) -> &[KindInfo] {
+        &self.inner.kind_infos
     }
 
     /// Every committed change from now on.
@@ -262,9 +309,7 @@ impl Engine {
             .get(kind)
             .cloned()
             .ok_or_else(|| EngineError::UnknownKind(kind.to_owned()))?;
-        let planned = erased
-            .plan(params, &self.inner.env)
-            .map_err(EngineError::InvalidParams)?;
+        let planned = erased.plan(params, &self.inner.env)?;
         Ok((erased, planned))
     }
 

@@ -13,38 +13,19 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use durable_shared::kinds::DATA_MIGRATION;
+use durable_shared::kinds::{DataMigration, MigrationParams, ParamError};
 use durable_shared::results::MigrationResult;
-use rmcp::schemars::{self, JsonSchema};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use super::{check_range, splitmix64};
+use super::splitmix64;
 use crate::engine::{Env, Plan, Step, StepError, TaskKind};
 
 const BATCH: u64 = 100;
 /// Reference pacing: one second per batch.
 const SECONDS_PER_BATCH: f64 = 1.0;
-const MAX_RECORDS: u64 = 10_000_000;
 const SAMPLES: &[&str] = &["sample:customers", "sample:orders"];
-
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct MigrationParams {
-    /// Where records come from: a `.jsonl`/`.ndjson` or `.csv` file relative to the server's data
-    /// directory, or a built-in generator: `sample:customers` or `sample:orders`.
-    pub source_path: String,
-    /// JSONL file to write, relative to the server's data directory (created or overwritten).
-    pub destination_path: String,
-    /// How many records to copy, from the start of the source.
-    #[serde(default = "default_record_count")]
-    #[schemars(range(min = 1, max = 10_000_000))]
-    pub record_count: u64,
-}
-
-fn default_record_count() -> u64 {
-    1000
-}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MigrationState {
@@ -54,8 +35,6 @@ pub struct MigrationState {
     source_offset: u64,
 }
 
-pub struct DataMigration;
-
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum SourceFormat {
     Sample(&'static str),
@@ -63,27 +42,28 @@ enum SourceFormat {
     Csv,
 }
 
-fn source_format(source: &str) -> Result<SourceFormat, String> {
+fn source_format(source: &str) -> Result<SourceFormat, ParamError> {
+    let refuse = |message: String| ParamError::new("source_path", message);
     if source.starts_with("sample:") {
         return SAMPLES
             .iter()
             .find(|name| **name == source)
             .map(|name| SourceFormat::Sample(name))
             .ok_or_else(|| {
-                format!(
+                refuse(format!(
                     "source_path {source:?} is not a known generator; use one of: {}",
                     SAMPLES.join(", ")
-                )
+                ))
             });
     }
     match Path::new(source).extension().and_then(|e| e.to_str()) {
         Some("jsonl" | "ndjson") => Ok(SourceFormat::Jsonl),
         Some("csv") => Ok(SourceFormat::Csv),
-        _ => Err(format!(
+        _ => Err(refuse(format!(
             "source_path {source:?} must end in .jsonl, .ndjson or .csv, or name a generator \
              ({})",
             SAMPLES.join(", ")
-        )),
+        ))),
     }
 }
 
@@ -180,12 +160,12 @@ fn read_file_records(
     }
 }
 
-fn count_file_records(path: &Path, format: SourceFormat, limit: u64) -> Result<u64, String> {
+fn count_file_records(path: &Path, format: SourceFormat, limit: u64) -> Result<u64, ParamError> {
     let mut offset = 0;
     let mut counted = 0;
     while counted < limit {
         let (records, next) = read_file_records(path, format, offset, 10_000.min(limit - counted))
-            .map_err(|e| format!("cannot read source_path: {e}"))?;
+            .map_err(|e| ParamError::new("source_path", format!("cannot read source_path: {e}")))?;
         if records.is_empty() {
             break;
         }
@@ -195,49 +175,60 @@ fn count_file_records(path: &Path, format: SourceFormat, limit: u64) -> Result<u
     Ok(counted)
 }
 
-impl DataMigration {
-    fn paths(params: &MigrationParams, env: &Env) -> Result<(Option<PathBuf>, PathBuf), String> {
-        let format = source_format(&params.source_path)?;
-        let source = match format {
-            SourceFormat::Sample(_) => None,
-            _ => Some(env.resolve("source_path", &params.source_path)?),
-        };
-        let destination = env.resolve("destination_path", &params.destination_path)?;
-        Ok((source, destination))
-    }
+/// The source file (none for a generator) and the destination, inside the data directory.
+fn paths(params: &MigrationParams, env: &Env) -> Result<(Option<PathBuf>, PathBuf), ParamError> {
+    let format = source_format(&params.source_path)?;
+    let source = match format {
+        SourceFormat::Sample(_) => None,
+        _ => Some(env.resolve("source_path", &params.source_path)?),
+    };
+    let destination = env.resolve("destination_path", &params.destination_path)?;
+    Ok((source, destination))
 }
 
 impl TaskKind for DataMigration {
-    const NAME: &'static str = DATA_MIGRATION;
-    type Params = MigrationParams;
     type State = MigrationState;
-    type Output = MigrationResult;
 
-    fn plan(&self, params: &MigrationParams, env: &Env) -> Result<Plan<MigrationState>, String> {
-        check_range("record_count", params.record_count, 1, MAX_RECORDS)?;
-        let (source, destination) = Self::paths(params, env)?;
+    fn plan(
+        &self,
+        params: &MigrationParams,
+        env: &Env,
+    ) -> Result<Plan<MigrationState>, ParamError> {
+        let (source, destination) = paths(params, env)?;
         if destination.is_dir() {
-            return Err(format!(
-                "destination_path {:?} is a directory; name a file",
-                params.destination_path
+            return Err(ParamError::new(
+                "destination_path",
+                format!(
+                    "destination_path {:?} is a directory; name a file",
+                    params.destination_path
+                ),
             ));
         }
         if let Some(source) = source {
             if source == destination {
-                return Err("source_path and destination_path must differ".into());
+                return Err(ParamError::new(
+                    "destination_path",
+                    "source_path and destination_path must differ",
+                ));
             }
             if !source.is_file() {
-                return Err(format!(
-                    "source_path {:?} does not exist in the data directory",
-                    params.source_path
+                return Err(ParamError::new(
+                    "source_path",
+                    format!(
+                        "source_path {:?} does not exist in the data directory",
+                        params.source_path
+                    ),
                 ));
             }
             let format = source_format(&params.source_path)?;
             let available = count_file_records(&source, format, params.record_count)?;
             if available < params.record_count {
-                return Err(format!(
-                    "record_count is {} but source_path {:?} holds only {available} records",
-                    params.record_count, params.source_path
+                return Err(ParamError::new(
+                    "record_count",
+                    format!(
+                        "record_count is {} but source_path {:?} holds only {available} records",
+                        params.record_count, params.source_path
+                    ),
                 ));
             }
         }
@@ -257,7 +248,7 @@ impl TaskKind for DataMigration {
         state: &MigrationState,
         env: &Env,
     ) -> Result<(), StepError> {
-        let (_, destination) = Self::paths(params, env).map_err(StepError)?;
+        let (_, destination) = paths(params, env)?;
         if let Some(parent) = destination.parent() {
             std::fs::create_dir_all(parent)?;
         }
@@ -288,22 +279,21 @@ impl TaskKind for DataMigration {
     ) -> Result<Step<MigrationState, MigrationResult>, StepError> {
         env.pace(SECONDS_PER_BATCH).await;
         // From here to the end, no await: the batch's I/O cannot be interrupted half-way.
-        let (source, destination) = Self::paths(params, env).map_err(StepError)?;
+        let (source, destination) = paths(params, env)?;
         let count = BATCH.min(params.record_count - state.records_done);
-        let (records, source_offset) =
-            match source_format(&params.source_path).map_err(StepError)? {
-                SourceFormat::Sample(name) => (
-                    (state.records_done..state.records_done + count)
-                        .map(|index| sample_record(name, index))
-                        .collect::<Vec<_>>(),
-                    0,
-                ),
-                format => {
-                    let source =
-                        source.ok_or_else(|| StepError("file source without a path".into()))?;
-                    read_file_records(&source, format, state.source_offset, count)?
-                }
-            };
+        let (records, source_offset) = match source_format(&params.source_path)? {
+            SourceFormat::Sample(name) => (
+                (state.records_done..state.records_done + count)
+                    .map(|index| sample_record(name, index))
+                    .collect::<Vec<_>>(),
+                0,
+            ),
+            format => {
+                let source =
+                    source.ok_or_else(|| StepError("file source without a path".into()))?;
+                read_file_records(&source, format, state.source_offset, count)?
+            }
+        };
         if (records.len() as u64) < count {
             return Err(StepError(format!(
                 "source ended after {} records; {} were requested",

@@ -6,15 +6,18 @@ pub mod migration;
 pub mod processing;
 pub mod training;
 
+use durable_shared::kinds::{BatchProcessing, DataMigration, DataProcessing, MlTraining};
+
 use crate::engine::EngineBuilder;
 
-/// Registers every built-in kind.
+/// Registers every built-in kind. Registration is all a kind needs besides its module: its
+/// tools, CLI flags and dashboard form derive from its `KindSpec`.
 pub fn register_all(builder: EngineBuilder) -> EngineBuilder {
     builder
-        .register(migration::DataMigration)
-        .register(batch::BatchProcessing)
-        .register(training::MlTraining)
-        .register(processing::DataProcessing)
+        .register(DataMigration)
+        .register(BatchProcessing)
+        .register(MlTraining)
+        .register(DataProcessing)
 }
 
 /// SplitMix64: a tiny, well-known generator whose output is fixed by its definition, so data
@@ -34,21 +37,6 @@ pub(crate) fn seed_of(name: &str) -> u64 {
     })
 }
 
-/// Checks that `value` of `field` lies in `min..=max`, with a message naming both.
-pub(crate) fn check_range<T: PartialOrd + std::fmt::Display>(
-    field: &str,
-    value: T,
-    min: T,
-    max: T,
-) -> Result<(), String> {
-    if value < min || value > max {
-        return Err(format!(
-            "{field} must be between {min} and {max}, got {value}"
-        ));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -58,14 +46,5 @@ mod tests {
         // First outputs of SplitMix64 seeded with 0, from the reference implementation.
         assert_eq!(splitmix64(0), 0xE220_A839_7B1D_CDAF);
         assert_eq!(splitmix64(0x9E37_79B9_7F4A_7C15), 0x6E78_9E6A_A1B9_65F4);
-    }
-
-    #[test]
-    fn range_errors_name_the_field_and_bounds() {
-        assert_eq!(
-            check_range("batch_size", 0, 1, 100).unwrap_err(),
-            "batch_size must be between 1 and 100, got 0"
-        );
-        assert!(check_range("batch_size", 100, 1, 100).is_ok());
     }
 }

@@ -5,12 +5,11 @@
 //! back bit for bit), which makes a resumed run produce exactly the metrics of an uninterrupted
 //! one.
 
-use durable_shared::kinds::ML_TRAINING;
+use durable_shared::kinds::{MlTraining, ParamError, TrainingParams};
 use durable_shared::results::{EpochMetrics, TrainingResult};
-use rmcp::schemars::{self, JsonSchema};
 use serde::{Deserialize, Serialize};
 
-use super::{check_range, seed_of, splitmix64};
+use super::{seed_of, splitmix64};
 use crate::engine::{Env, Plan, Step, StepError, TaskKind};
 
 /// Reference pacing: ten seconds per epoch.
@@ -20,36 +19,12 @@ const TRUE_WEIGHTS: [f64; FEATURES] = [1.5, -2.0, 0.75, 1.0];
 const TRUE_BIAS: f64 = 0.25;
 const LEARNING_RATE: f64 = 0.5;
 
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct TrainingParams {
-    /// Name of the model; it also seeds the synthetic data set.
-    #[schemars(length(min = 1, max = 100))]
-    pub model_name: String,
-    /// Training samples.
-    #[serde(default = "default_dataset_size")]
-    #[schemars(range(min = 10, max = 100_000))]
-    pub dataset_size: u64,
-    /// Passes over the data set; one checkpoint per epoch.
-    #[serde(default = "default_epochs")]
-    #[schemars(range(min = 1, max = 1_000))]
-    pub epochs: u64,
-}
-
-fn default_dataset_size() -> u64 {
-    10_000
-}
-fn default_epochs() -> u64 {
-    100
-}
-
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TrainingState {
     /// Weights, bias last.
     weights: Vec<f64>,
     history: Vec<EpochMetrics>,
 }
-
-pub struct MlTraining;
 
 /// A uniform sample in [-1, 1) from the bits of `x`.
 fn unit(x: u64) -> f64 {
@@ -117,20 +92,9 @@ fn epoch(weights: &[f64], data: &[Sample]) -> (Vec<f64>, f64, f64) {
 }
 
 impl TaskKind for MlTraining {
-    const NAME: &'static str = ML_TRAINING;
-    type Params = TrainingParams;
     type State = TrainingState;
-    type Output = TrainingResult;
 
-    fn plan(&self, params: &TrainingParams, _env: &Env) -> Result<Plan<TrainingState>, String> {
-        check_range(
-            "model_name length",
-            params.model_name.chars().count(),
-            1,
-            100,
-        )?;
-        check_range("dataset_size", params.dataset_size, 10, 100_000)?;
-        check_range("epochs", params.epochs, 1, 1_000)?;
+    fn plan(&self, params: &TrainingParams, _env: &Env) -> Result<Plan<TrainingState>, ParamError> {
         Ok(Plan {
             total: params.epochs,
             state: TrainingState {

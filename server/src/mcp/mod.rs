@@ -8,6 +8,7 @@
 //! 2025-11-25 clients this server serves use it, so this module allows the deprecation.
 #![allow(deprecated)]
 
+pub mod error;
 mod notify;
 mod prompts;
 pub mod relay;
@@ -25,14 +26,16 @@ use rmcp::model::{
     JsonObject, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
     ListToolsResult, LoggingLevel, PaginatedRequestParams, ProtocolVersion,
     ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
-    ServerResult, SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
+    ServerResult, SetLevelRequestParams, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
     UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, tool_handler};
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::{Engine, EngineError};
+use durable_shared::kinds::Offer;
+
+use crate::engine::Engine;
 use crate::streams::{PROTOCOL_VERSIONS, StreamStore};
 
 pub use durable_shared::CLIENT_ID_HEADER;
@@ -41,12 +44,46 @@ pub use tasks::{AdaptState, TaskTtl, adapt_task_requests, legacy_capability};
 /// Everything one MCP session needs. Cloned per request by rmcp; the clones share state.
 #[derive(Clone)]
 pub struct DurableServer {
+    shared: Arc<Shared>,
+    session: Arc<SessionState>,
+}
+
+/// What all sessions share, made once at start-up.
+pub struct Shared {
     engine: Engine,
     streams: StreamStore,
-    session: Arc<SessionState>,
     shutdown: CancellationToken,
     task_ttl: TaskTtl,
+    /// The hand-written tools, and the `start_{kind}` tool of every background kind.
     tool_router: ToolRouter<DurableServer>,
+    /// The task-only `run_{kind}` tools of the background kinds (answered by `tasks`).
+    task_tools: Vec<(Tool, &'static str)>,
+}
+
+impl Shared {
+    pub fn new(
+        engine: Engine,
+        streams: StreamStore,
+        task_ttl: TaskTtl,
+        shutdown: CancellationToken,
+    ) -> Arc<Self> {
+        let mut tool_router = DurableServer::tool_router();
+        let mut task_tools = Vec::new();
+        for kind in engine.kinds() {
+            if kind.offer == Offer::Background {
+                tool_router.add_route(tools::start_route(kind));
+                task_tools.push((tasks::task_only_tool(kind), kind.name));
+            }
+        }
+        Arc::new(Shared {
+            engine,
+            streams,
+            shutdown,
+            task_ttl,
+            tool_router,
+            task_tools,
+        })
+    }
 }
 
 /// What belongs to one MCP session.
@@ -63,19 +100,11 @@ struct SessionState {
 }
 
 impl DurableServer {
-    pub fn new(
-        engine: Engine,
-        streams: StreamStore,
-        task_ttl: TaskTtl,
-        shutdown: CancellationToken,
-    ) -> Self {
+    /// A new session's server.
+    pub fn new(shared: Arc<Shared>) -> Self {
         DurableServer {
-            engine,
-            streams,
+            shared,
             session: Arc::default(),
-            shutdown,
-            task_ttl,
-            tool_router: Self::tool_router(),
         }
     }
 
@@ -113,24 +142,11 @@ impl DurableServer {
         let Some(session_id) = tools::session_id(ctx) else {
             return Ok(());
         };
-        self.streams
-            .store()
+        Ok(self
+            .shared
+            .streams
             .set_subscription(&session_id, uri, subscribed)
-            .await
-            .map_err(|e| to_mcp(e.into()))
-    }
-}
-
-/// Maps engine errors onto MCP errors: the caller's mistakes become invalid-params errors with
-/// the engine's message, storage failures an internal error that hides the details (they are
-/// logged here, once).
-fn to_mcp(error: EngineError) -> McpError {
-    match error {
-        EngineError::Store(e) => {
-            tracing::error!(error = %e, "storage failure while serving a request");
-            McpError::internal_error("internal storage error; see the server log", None)
-        }
-        other => McpError::invalid_params(other.to_string(), None),
+            .await?)
     }
 }
 
@@ -146,7 +162,7 @@ fn as_sent(mut result: ServerResult) -> JsonObject {
     }
 }
 
-#[tool_handler(router = self.tool_router)]
+#[tool_handler(router = self.shared.tool_router)]
 impl ServerHandler for DurableServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
@@ -200,7 +216,7 @@ impl ServerHandler for DurableServer {
         if let Some(session_id) = header("mcp-session-id") {
             let client_id = header(CLIENT_ID_HEADER).unwrap_or_else(|| session_id.clone());
             *self.session.client_id.lock().expect("client id lock") = Some(client_id);
-            match self.streams.store().subscriptions(&session_id).await {
+            match self.shared.streams.subscriptions(&session_id).await {
                 Ok(uris) => self
                     .session
                     .subscriptions
@@ -218,8 +234,8 @@ impl ServerHandler for DurableServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let mut tools = self.tool_router.list_all();
-        tools.extend(tasks::task_only_tools());
+        let mut tools = self.shared.tool_router.list_all();
+        tools.extend(self.shared.task_tools.iter().map(|(tool, _)| tool.clone()));
         Ok(ListToolsResult::with_all_items(tools))
     }
 
@@ -257,9 +273,8 @@ impl ServerHandler for DurableServer {
         request: CancelTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.cancel_owned(&request.task_id, &context)
-            .await
-            .map(drop)
+        self.cancel_owned(&request.task_id, &context).await?;
+        Ok(())
     }
 
     /// These tasks never ask for input, so there is nothing to answer.
@@ -291,7 +306,9 @@ impl ServerHandler for DurableServer {
         request: GetPromptRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
-        prompts::get(&self.engine, request).await.map(Into::into)
+        prompts::get(&self.shared.engine, request)
+            .await
+            .map(Into::into)
     }
 
     async fn list_resources(
@@ -317,7 +334,7 @@ impl ServerHandler for DurableServer {
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        resources::read(&self.engine, &request.uri)
+        resources::read(&self.shared.engine, &request.uri)
             .await
             .map(Into::into)
     }
@@ -331,7 +348,7 @@ impl ServerHandler for DurableServer {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        resources::check_subscribable(&self.engine, &request.uri).await?;
+        resources::check_subscribable(&self.shared.engine, &request.uri).await?;
         self.persist_subscription(&context, &request.uri, true)
             .await?;
         self.session

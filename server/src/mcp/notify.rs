@@ -41,12 +41,12 @@ impl DurableServer {
             return;
         }
         let server = self.clone();
-        let mut events = self.engine.subscribe();
+        let mut events = self.shared.engine.subscribe();
         tokio::spawn(async move {
             let mut last_status: HashMap<String, TaskStatus> = HashMap::new();
             loop {
                 let event = tokio::select! {
-                    _ = server.shutdown.cancelled() => return,
+                    _ = server.shared.shutdown.cancelled() => return,
                     event = events.recv() => event,
                 };
                 let delivered = match event {

@@ -7,7 +7,6 @@ use rmcp::model::{
     GetPromptRequestParams, GetPromptResult, Prompt, PromptArgument, PromptMessage, Resource, Role,
 };
 
-use super::to_mcp;
 use crate::engine::Engine;
 
 const TASK_REPORT: &str = "task_report";
@@ -43,7 +42,7 @@ pub async fn get(
         .and_then(|arguments| arguments.get("task_id"))
         .and_then(|value| value.as_str())
         .ok_or_else(|| McpError::invalid_params("task_report needs the argument task_id", None))?;
-    let task = engine.get(task_id).await.map_err(to_mcp)?;
+    let task = engine.get(task_id).await?;
     let uri = status_uri(task_id);
     let state = serde_json::to_string_pretty(&task).unwrap_or_default();
     let text = format!(

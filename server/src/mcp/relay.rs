@@ -21,7 +21,7 @@ use crate::streams::{BINDING_META_KEY, StreamStore};
 
 /// Starts a relay for every call left unanswered by a previous process.
 pub async fn resume_orphaned_calls(engine: Engine, streams: StreamStore) {
-    let bindings = match streams.store().orphaned_bindings(streams.instance()).await {
+    let bindings = match streams.orphaned_bindings().await {
         Ok(bindings) => bindings,
         Err(e) => {
             tracing::error!(error = %e, "cannot read interrupted tool calls");
@@ -57,7 +57,7 @@ async fn relay(
     let Some(stream_id) = binding.stream_id.clone() else {
         // The call died before its first progress notification was stored: no client can
         // have a resumption token for it, and calling again attaches to the task.
-        streams.store().finish_binding(&binding.id).await?;
+        streams.finish_binding(&binding.id).await?;
         return Ok(());
     };
     tracing::info!(
@@ -86,7 +86,7 @@ async fn relay(
             let result = as_sent(ServerResult::CallToolResult(outcome));
             let response = json!({"jsonrpc": "2.0", "id": request_id, "result": result});
             append(streams, &stream_id, response, true).await?;
-            streams.store().finish_binding(&binding.id).await?;
+            streams.finish_binding(&binding.id).await?;
             return Ok(());
         }
         task = loop {
@@ -103,7 +103,6 @@ async fn relay(
 /// The last progress value stored on the call's stream: what its client may already have seen.
 async fn last_reported(streams: &StreamStore, stream_id: &str) -> Result<Option<u64>, RelayError> {
     let last = streams
-        .store()
         .last_event_containing(stream_id, "notifications/progress")
         .await?;
     Ok(last

@@ -4,7 +4,7 @@ use durable_shared::{TaskList, TaskStatus, list_uri};
 use rmcp::ErrorData as McpError;
 use rmcp::model::{ReadResourceResult, Resource, ResourceContents, ResourceTemplate};
 
-use super::to_mcp;
+use super::error::ApiError;
 use crate::engine::{Engine, EngineError};
 
 /// Tasks a list resource shows at most, newest first.
@@ -70,8 +70,8 @@ pub fn templates() -> Vec<ResourceTemplate> {
     ]
 }
 
-fn not_found(id: &str) -> McpError {
-    McpError::resource_not_found(format!("task {id} not found"), None)
+fn not_found(id: &str) -> ApiError {
+    ApiError::ResourceNotFound(format!("task {id} not found"))
 }
 
 pub async fn read(engine: &Engine, uri: &str) -> Result<ReadResourceResult, McpError> {
@@ -79,15 +79,12 @@ pub async fn read(engine: &Engine, uri: &str) -> Result<ReadResourceResult, McpE
         TaskUri::Status(id) => {
             let task = engine.get(id).await.map_err(|e| match e {
                 EngineError::NotFound(_) => not_found(id),
-                other => to_mcp(other),
+                other => other.into(),
             })?;
             serde_json::to_string_pretty(&task)
         }
         TaskUri::List(status) => {
-            let tasks = engine
-                .list(None, status, LIST_LIMIT)
-                .await
-                .map_err(to_mcp)?;
+            let tasks = engine.list(None, status, LIST_LIMIT).await?;
             serde_json::to_string_pretty(&TaskList {
                 total: tasks.len(),
                 tasks,
@@ -112,7 +109,7 @@ pub async fn check_subscribable(engine: &Engine, uri: &str) -> Result<(), McpErr
     if let TaskUri::Status(id) = parse(uri)? {
         engine.get(id).await.map_err(|e| match e {
             EngineError::NotFound(_) => not_found(id),
-            other => to_mcp(other),
+            other => other.into(),
         })?;
     }
     Ok(())

@@ -32,9 +32,10 @@ use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, SecondsFormat, Utc};
+use std::sync::Arc;
+
 use durable_shared::TaskInfo;
-use durable_shared::kinds::{BATCH_PROCESSING, DATA_MIGRATION, DATA_PROCESSING, ML_TRAINING};
-use rmcp::handler::server::common::schema_for_type;
+use durable_shared::kinds::{DATA_PROCESSING, ParamError, parse_params, task_tool};
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CreateTaskResult, CustomNotification, DetailedTask,
@@ -43,17 +44,13 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
+use super::error::{ApiError, cannot_cancel};
 use super::tools::{ProcessingToolParams, failure, final_outcome, to_params};
-use super::{DurableServer, as_sent, to_mcp};
-use crate::engine::EngineError;
-use crate::kinds::batch::BatchParams;
-use crate::kinds::migration::MigrationParams;
-use crate::kinds::training::TrainingParams;
-use crate::store::TaskHandle;
+use super::{DurableServer, as_sent};
+use crate::engine::{EngineError, KindInfo, TaskHandle};
 use crate::streams::{StreamStore, negotiated};
 
 /// `_meta` key tying a message to its task (2025-11-25).
@@ -93,55 +90,44 @@ impl TaskSupport {
 
 const PROCESSING_TOOL: &str = "resumable_data_processing";
 
-/// The tools that run only as tasks: each runs one task kind to its end, and the task's result
-/// is the kind's final report (the `start_*` tools are their plain-call counterparts).
-const TASK_ONLY_TOOLS: [(&str, &str, &str); 3] = [
-    (
-        "run_data_migration",
-        DATA_MIGRATION,
-        "Run a data migration as an MCP task (task-augmented calls only; start_data_migration \
-         is the plain-call form). Same arguments as start_data_migration; the task's result is \
-         the migration report.",
-    ),
-    (
-        "run_batch_processing",
-        BATCH_PROCESSING,
-        "Run batch processing as an MCP task (task-augmented calls only; start_batch_processing \
-         is the plain-call form). Same arguments as start_batch_processing; the task's result \
-         holds the digest over every item.",
-    ),
-    (
-        "run_ml_training",
-        ML_TRAINING,
-        "Train the logistic-regression model as an MCP task (task-augmented calls only; \
-         start_ml_training is the plain-call form). Same arguments as start_ml_training; the \
-         task's result holds final loss, accuracy and the per-epoch series.",
-    ),
-];
-
-pub fn task_support(tool: &str) -> TaskSupport {
-    if tool == PROCESSING_TOOL {
-        TaskSupport::Optional
-    } else if TASK_ONLY_TOOLS.iter().any(|(name, ..)| *name == tool) {
-        TaskSupport::Required
-    } else {
-        TaskSupport::Forbidden
-    }
+/// The `run_{kind}` tool of a background kind: the same arguments as its `start_{kind}` tool,
+/// run only as an MCP task whose result is the kind's final report.
+pub(super) fn task_only_tool(kind: &KindInfo) -> Tool {
+    let start = durable_shared::kinds::start_tool(kind.name);
+    let description = format!(
+        "Run {title} as an MCP task (task-augmented calls only; {start} is the plain-call form). \
+         Same arguments as {start}; the task's result is {result}.",
+        title = kind.title.to_lowercase(),
+        result = kind.result,
+    );
+    Tool::new(
+        task_tool(kind.name),
+        description,
+        Arc::new(kind.params_schema.clone()),
+    )
+    .with_title(format!("{} (task)", kind.title))
 }
 
-/// The listing of the task-only tools.
-pub(super) fn task_only_tools() -> Vec<Tool> {
-    TASK_ONLY_TOOLS
-        .iter()
-        .map(|(name, kind, description)| {
-            let schema = match *kind {
-                DATA_MIGRATION => schema_for_type::<MigrationParams>(),
-                BATCH_PROCESSING => schema_for_type::<BatchParams>(),
-                _ => schema_for_type::<TrainingParams>(),
-            };
-            Tool::new(*name, *description, schema)
-        })
-        .collect()
+impl DurableServer {
+    /// A tool's `execution.taskSupport`.
+    pub fn task_support(&self, tool: &str) -> TaskSupport {
+        if tool == PROCESSING_TOOL {
+            TaskSupport::Optional
+        } else if self.task_kind(tool).is_some() {
+            TaskSupport::Required
+        } else {
+            TaskSupport::Forbidden
+        }
+    }
+
+    /// The kind a task-only tool runs.
+    fn task_kind(&self, tool: &str) -> Option<&'static str> {
+        self.shared
+            .task_tools
+            .iter()
+            .find(|(listed, _)| listed.name == tool)
+            .map(|(_, kind)| *kind)
+    }
 }
 
 /// The `capabilities.tasks` object of protocol 2025-11-25, added to initialize answers.
@@ -317,30 +303,24 @@ fn outcome_object(task: &TaskInfo) -> JsonObject {
         .unwrap_or_default()
 }
 
-fn unknown_task(task_id: &str) -> McpError {
-    McpError::invalid_params(
-        format!(
-            "unknown task {task_id}: no task handle with this id belongs to you (handles are \
-             kept for their ttl, counted from the task's creation)"
-        ),
-        None,
-    )
+fn unknown_task(task_id: &str) -> ApiError {
+    ApiError::NotFound(format!(
+        "unknown task {task_id}: no task handle with this id belongs to you (handles are kept \
+         for their ttl, counted from the task's creation)"
+    ))
 }
 
-fn parse_arguments<T: DeserializeOwned>(call: &CallToolRequestParams) -> Result<T, McpError> {
-    let arguments = Value::Object(call.arguments.clone().unwrap_or_default());
-    serde_json::from_value(arguments).map_err(|e| {
-        McpError::invalid_params(format!("invalid arguments for {}: {e}", call.name), None)
-    })
+fn call_arguments(call: &CallToolRequestParams) -> Value {
+    Value::Object(call.arguments.clone().unwrap_or_default())
 }
 
 /// The ttl a 2025-11-25 `task` field asks for, in ms.
-fn requested_ttl(field: &Value) -> Result<Option<u64>, McpError> {
+fn requested_ttl(field: &Value) -> Result<Option<u64>, ApiError> {
     let invalid = || {
-        McpError::invalid_params(
+        ApiError::InvalidParams(ParamError::new(
+            "task.ttl",
             "task must be an object whose optional ttl is a whole number of milliseconds",
-            None,
-        )
+        ))
     };
     let Value::Object(field) = field else {
         return Err(invalid());
@@ -353,9 +333,9 @@ fn requested_ttl(field: &Value) -> Result<Option<u64>, McpError> {
 
 impl DurableServer {
     fn granted_ttl(&self, requested_ms: Option<u64>) -> u64 {
-        let requested = requested_ms.map_or(self.task_ttl.default, Duration::from_millis);
+        let requested = requested_ms.map_or(self.shared.task_ttl.default, Duration::from_millis);
         requested
-            .clamp(MIN_TTL, self.task_ttl.max.max(MIN_TTL))
+            .clamp(MIN_TTL, self.shared.task_ttl.max.max(MIN_TTL))
             .as_millis() as u64
     }
 
@@ -366,41 +346,32 @@ impl DurableServer {
         call: &CallToolRequestParams,
         ttl_ms: u64,
         ctx: &RequestContext<RoleServer>,
-    ) -> Result<TaskHandle, McpError> {
+    ) -> Result<TaskHandle, ApiError> {
         let tool = call.name.as_ref();
-        let started = if tool == PROCESSING_TOOL {
-            let params: ProcessingToolParams = parse_arguments(call)?;
+        let task = if tool == PROCESSING_TOOL {
+            let params: ProcessingToolParams = parse_params(PROCESSING_TOOL, call_arguments(call))?;
             let owner = self.client_id(params.client_id.clone(), ctx);
-            self.engine
+            self.shared
+                .engine
                 .start_or_attach(DATA_PROCESSING, &owner, to_params(&params.job))
-                .await
+                .await?
         } else {
-            let (_, kind, _) = TASK_ONLY_TOOLS
-                .iter()
-                .find(|(name, ..)| *name == tool)
-                .ok_or_else(|| {
-                    McpError::invalid_params(format!("tool {tool} cannot run as a task"), None)
-                })?;
-            let params = match *kind {
-                DATA_MIGRATION => to_params(&parse_arguments::<MigrationParams>(call)?),
-                BATCH_PROCESSING => to_params(&parse_arguments::<BatchParams>(call)?),
-                _ => to_params(&parse_arguments::<TrainingParams>(call)?),
-            };
+            let kind = self
+                .task_kind(tool)
+                .ok_or_else(|| ApiError::invalid(format!("tool {tool} cannot run as a task")))?;
             let owner = self.client_id(None, ctx);
-            self.engine.start(kind, &owner, params).await
+            self.shared
+                .engine
+                .start(kind, &owner, call_arguments(call))
+                .await?
         };
-        let task = started.map_err(|e| match e {
-            EngineError::Store(_) => to_mcp(e),
-            other => McpError::invalid_params(other.to_string(), None),
-        })?;
         // Last, so the session remembers the caller's own identity for status notifications.
         let requester = self.client_id(None, ctx);
-        self.engine
-            .store()
-            .upsert_handle(&task.task_id, &requester, tool, ttl_ms)
-            .await
-            .map_err(|e| to_mcp(e.into()))?
-            .ok_or_else(|| McpError::internal_error("the new task handle expired at once", None))
+        self.shared
+            .engine
+            .attach_handle(&task.task_id, &requester, tool, ttl_ms)
+            .await?
+            .ok_or_else(|| ApiError::Unavailable("the new task handle expired at once".into()))
     }
 
     /// The caller's handle on `task_id`; another client's is an unknown task.
@@ -408,13 +379,12 @@ impl DurableServer {
         &self,
         task_id: &str,
         ctx: &RequestContext<RoleServer>,
-    ) -> Result<TaskHandle, McpError> {
+    ) -> Result<TaskHandle, ApiError> {
         let requester = self.client_id(None, ctx);
-        self.engine
-            .store()
+        self.shared
+            .engine
             .handle(task_id.trim(), &requester)
-            .await
-            .map_err(|e| to_mcp(e.into()))?
+            .await?
             .ok_or_else(|| unknown_task(task_id))
     }
 
@@ -423,25 +393,17 @@ impl DurableServer {
         &self,
         task_id: &str,
         ctx: &RequestContext<RoleServer>,
-    ) -> Result<TaskHandle, McpError> {
+    ) -> Result<TaskHandle, ApiError> {
         let handle = self.owned_handle(task_id, ctx).await?;
-        let refused = |status| {
-            McpError::invalid_params(
-                format!(
-                    "cannot cancel task {}: it is already {status}, and a finished task's status \
-                     never changes",
-                    handle.task.task_id
-                ),
-                None,
-            )
-        };
         if handle.task.status.is_terminal() {
-            return Err(refused(handle.task.status));
+            return Err(cannot_cancel(&handle.task.task_id, handle.task.status));
         }
-        match self.engine.cancel(&handle.task.task_id).await {
+        match self.shared.engine.cancel(&handle.task.task_id).await {
             Ok(task) => Ok(TaskHandle { task, ..handle }),
-            Err(EngineError::InvalidState { status, .. }) => Err(refused(status)),
-            Err(e) => Err(to_mcp(e)),
+            Err(EngineError::InvalidState { status, .. }) => {
+                Err(cannot_cancel(&handle.task.task_id, status))
+            }
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -452,7 +414,7 @@ impl DurableServer {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<TaskHandle, McpError> {
         // Subscribe before reading, so an end right after the read is not missed.
-        let mut events = self.engine.subscribe();
+        let mut events = self.shared.engine.subscribe();
         loop {
             let handle = self.owned_handle(task_id, ctx).await?;
             if handle.task.status.is_terminal() {
@@ -461,10 +423,10 @@ impl DurableServer {
             loop {
                 let event = tokio::select! {
                     _ = ctx.ct.cancelled() => {
-                        return Err(McpError::invalid_request("request cancelled; the task continues", None));
+                        return Err(ApiError::Cancelled("request cancelled; the task continues".into()).into());
                     }
-                    _ = self.shutdown.cancelled() => {
-                        return Err(McpError::internal_error("server is shutting down; ask again after it restarts", None));
+                    _ = self.shared.shutdown.cancelled() => {
+                        return Err(ApiError::Unavailable("server is shutting down; ask again after it restarts".into()).into());
                     }
                     event = events.recv() => event,
                 };
@@ -478,7 +440,7 @@ impl DurableServer {
                     Ok(_) => {}
                     Err(RecvError::Lagged(_)) => break,
                     Err(RecvError::Closed) => {
-                        return Err(McpError::internal_error("server is shutting down", None));
+                        return Err(ApiError::Unavailable("server is shutting down".into()).into());
                     }
                 }
             }
@@ -492,21 +454,18 @@ impl DurableServer {
         call: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        match (task_support(&call.name), declares_extension(&ctx)) {
+        match (self.task_support(&call.name), declares_extension(&ctx)) {
             (TaskSupport::Forbidden, _) | (TaskSupport::Optional, false) => {
                 let call = ToolCallContext::new(self, call, ctx);
-                self.tool_router.call(call).await
+                self.shared.tool_router.call(call).await
             }
-            (TaskSupport::Required, false) => Err(McpError::new(
-                ErrorCode::METHOD_NOT_FOUND,
-                format!(
-                    "tool {} runs only as a task (its execution.taskSupport is \"required\"): \
-                     call it with a task field (MCP 2025-11-25) or declare the {} extension",
-                    call.name,
-                    rmcp::model::TASKS_EXTENSION_ID
-                ),
-                None,
-            )),
+            (TaskSupport::Required, false) => Err(ApiError::MethodNotFound(format!(
+                "tool {} runs only as a task (its execution.taskSupport is \"required\"): call \
+                 it with a task field (MCP 2025-11-25) or declare the {} extension",
+                call.name,
+                rmcp::model::TASKS_EXTENSION_ID
+            ))
+            .into()),
             (_, true) => {
                 let handle = self
                     .create_task(&call, self.granted_ttl(None), &ctx)
@@ -525,24 +484,18 @@ impl DurableServer {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Value, McpError> {
         let params = params.unwrap_or_default();
-        let call: CallToolRequestParams = serde_json::from_value(params.clone())
-            .map_err(|e| McpError::invalid_params(format!("invalid tools/call: {e}"), None))?;
-        if task_support(&call.name) == TaskSupport::Forbidden {
-            if !self.tool_router.has_route(&call.name) {
-                return Err(McpError::invalid_params(
-                    format!("unknown tool {}", call.name),
-                    None,
-                ));
+        let call: CallToolRequestParams =
+            parse_params("tools/call", params.clone()).map_err(ApiError::from)?;
+        if self.task_support(&call.name) == TaskSupport::Forbidden {
+            if !self.shared.tool_router.has_route(&call.name) {
+                return Err(ApiError::NotFound(format!("unknown tool {}", call.name)).into());
             }
-            return Err(McpError::new(
-                ErrorCode::METHOD_NOT_FOUND,
-                format!(
-                    "tool {} does not run as a task (its execution.taskSupport is \
-                     \"forbidden\"); call it without the task field",
-                    call.name
-                ),
-                None,
-            ));
+            return Err(ApiError::MethodNotFound(format!(
+                "tool {} does not run as a task (its execution.taskSupport is \"forbidden\"); \
+                 call it without the task field",
+                call.name
+            ))
+            .into());
         }
         let ttl = self.granted_ttl(requested_ttl(&params["task"])?);
         let handle = self.create_task(&call, ttl, ctx).await?;
@@ -562,19 +515,18 @@ impl DurableServer {
         let after = match cursor {
             None => None,
             Some(cursor) => Some(parse_cursor(cursor).ok_or_else(|| {
-                McpError::invalid_params(
+                ApiError::InvalidParams(ParamError::new(
+                    "cursor",
                     "invalid cursor: pass the nextCursor of the previous tasks/list answer",
-                    None,
-                )
+                ))
             })?),
         };
         let requester = self.client_id(None, ctx);
         let mut page = self
+            .shared
             .engine
-            .store()
-            .list_handles(&requester, after, TASKS_PAGE_SIZE + 1)
-            .await
-            .map_err(|e| to_mcp(e.into()))?;
+            .handles(&requester, after, TASKS_PAGE_SIZE + 1)
+            .await?;
         let next = (page.len() > TASKS_PAGE_SIZE).then(|| {
             page.truncate(TASKS_PAGE_SIZE);
             let last = &page[TASKS_PAGE_SIZE - 1].task;
@@ -623,11 +575,7 @@ impl DurableServer {
                 Ok(legacy_task(&self.cancel_owned(&task_id, &ctx).await?))
             }
             PRIVATE_LIST_TOOLS => self.list_tools_with_task_support(ctx).await,
-            _ => Err(McpError::new(
-                ErrorCode::METHOD_NOT_FOUND,
-                format!("method not found: {method}"),
-                None,
-            )),
+            _ => Err(ApiError::MethodNotFound(format!("method not found: {method}")).into()),
         }
     }
 
@@ -641,7 +589,7 @@ impl DurableServer {
         let mut value = Value::Object(as_sent(ServerResult::ListToolsResult(list)));
         if let Some(tools) = value.get_mut("tools").and_then(Value::as_array_mut) {
             for tool in tools {
-                let support = task_support(tool["name"].as_str().unwrap_or_default());
+                let support = self.task_support(tool["name"].as_str().unwrap_or_default());
                 tool["execution"] = json!({"taskSupport": support.as_str()});
             }
         }
@@ -671,7 +619,7 @@ impl DurableServer {
         else {
             return Ok(());
         };
-        let handle = match self.engine.store().handle(&task.task_id, &client_id).await {
+        let handle = match self.shared.engine.handle(&task.task_id, &client_id).await {
             Ok(Some(handle)) => TaskHandle {
                 task: task.clone(),
                 ..handle
@@ -696,12 +644,14 @@ impl DurableServer {
     }
 }
 
-fn task_id_param(params: Option<&Value>) -> Result<String, McpError> {
+fn task_id_param(params: Option<&Value>) -> Result<String, ApiError> {
     params
         .and_then(|params| params.get("taskId"))
         .and_then(Value::as_str)
         .map(str::to_owned)
-        .ok_or_else(|| McpError::invalid_params("taskId (a string) is required", None))
+        .ok_or_else(|| {
+            ApiError::InvalidParams(ParamError::new("taskId", "taskId (a string) is required"))
+        })
 }
 
 fn parse_cursor(cursor: &Value) -> Option<(i64, String)> {

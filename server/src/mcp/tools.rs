@@ -1,12 +1,16 @@
 //! The MCP tools. Arguments are typed (their JSON schemas, with descriptions and bounds, come
 //! from the parameter types); the engine validates what a schema cannot say.
 
-use durable_shared::kinds::{BATCH_PROCESSING, DATA_MIGRATION, DATA_PROCESSING, ML_TRAINING};
+use std::sync::Arc;
+
+use durable_shared::kinds::{DATA_PROCESSING, ProcessingParams, start_tool};
 use durable_shared::{TaskInfo, TaskStatus, status_uri};
+use rmcp::handler::server::router::tool::ToolRoute;
+use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CallToolResult, ContentBlock, MetaObject, NotificationMetaObject, ProgressNotificationParam,
-    ProgressToken, Resource,
+    CallToolResponse, CallToolResult, ContentBlock, MetaObject, NotificationMetaObject,
+    ProgressNotificationParam, ProgressToken, Resource, Tool,
 };
 use rmcp::schemars::{self, JsonSchema};
 use rmcp::service::RequestContext;
@@ -15,14 +19,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
-use super::{DurableServer, to_mcp};
-use crate::engine::EngineError;
-use crate::kinds::batch::BatchParams;
-use crate::kinds::migration::MigrationParams;
-use crate::kinds::processing::ProcessingParams;
-use crate::kinds::training::TrainingParams;
-use crate::store::CallBinding;
-use crate::streams::BINDING_META_KEY;
+use super::DurableServer;
+use super::error::ApiError;
+use crate::engine::{EngineError, KindInfo};
+use crate::streams::{BINDING_META_KEY, CallBinding};
 
 /// Tasks `list_session_tasks` returns at most, newest first.
 const SESSION_TASK_LIMIT: usize = 200;
@@ -96,13 +96,7 @@ fn started(task: &TaskInfo) -> CallToolResult {
 /// Engine errors a caller can fix are tool errors (the model reads them); storage failures stay
 /// protocol errors.
 fn tool_outcome(outcome: Result<CallToolResult, EngineError>) -> Result<CallToolResult, McpError> {
-    match outcome {
-        Ok(result) => Ok(result),
-        Err(EngineError::Store(e)) => Err(to_mcp(EngineError::Store(e))),
-        Err(e) => Ok(CallToolResult::error(vec![ContentBlock::text(
-            e.to_string(),
-        )])),
-    }
+    outcome.or_else(|e| ApiError::from(e).into_tool_result())
 }
 
 pub(super) fn to_params<T: Serialize>(params: &T) -> Value {
@@ -111,69 +105,7 @@ pub(super) fn to_params<T: Serialize>(params: &T) -> Value {
 
 #[tool_router(vis = "pub(super)")]
 impl DurableServer {
-    #[tool(
-        description = "Start a durable data migration: copies the first record_count records of \
-        source_path (a .jsonl/.csv file in the server's data directory, or sample:customers / \
-        sample:orders) to the JSONL file destination_path, 100 records per checkpointed batch. \
-        Returns a task://status/{task_id} link at once; the copy continues in the background and \
-        survives restarts, writing each record exactly once."
-    )]
-    async fn start_data_migration(
-        &self,
-        Parameters(params): Parameters<MigrationParams>,
-        ctx: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, McpError> {
-        let owner = self.client_id(None, &ctx);
-        let outcome = self
-            .engine
-            .start(DATA_MIGRATION, &owner, to_params(&params))
-            .await;
-        tool_outcome(outcome.map(|task| started(&task)))
-    }
-
-    #[tool(
-        description = "Start durable batch processing of total_items items, batch_size per \
-        checkpointed batch, with processing_delay seconds of work per batch. Returns a \
-        task://status/{task_id} link at once; the result holds a digest over every item."
-    )]
-    async fn start_batch_processing(
-        &self,
-        Parameters(params): Parameters<BatchParams>,
-        ctx: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, McpError> {
-        let owner = self.client_id(None, &ctx);
-        let outcome = self
-            .engine
-            .start(BATCH_PROCESSING, &owner, to_params(&params))
-            .await;
-        tool_outcome(outcome.map(|task| started(&task)))
-    }
-
-    #[tool(
-        description = "Start durable training of a logistic-regression model on a synthetic \
-        data set of dataset_size samples, one checkpointed epoch per step. Returns a \
-        task://status/{task_id} link at once; the result holds final loss and accuracy and the \
-        per-epoch series."
-    )]
-    async fn start_ml_training(
-        &self,
-        Parameters(params): Parameters<TrainingParams>,
-        ctx: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, McpError> {
-        let owner = self.client_id(None, &ctx);
-        let outcome = self
-            .engine
-            .start(ML_TRAINING, &owner, to_params(&params))
-            .await;
-        tool_outcome(outcome.map(|task| started(&task)))
-    }
-
-    #[tool(
-        description = "Process total_records records of dataset_name in batches of batch_size, \
-        inside this call, streaming progress (send a progressToken) and returning the result. \
-        Resumable: calling again with the same arguments and client_id continues from the last \
-        checkpoint (or returns the stored result) and never processes a record twice."
-    )]
+    #[tool(description = <durable_shared::kinds::DataProcessing as durable_shared::kinds::KindSpec>::DESCRIPTION)]
     async fn resumable_data_processing(
         &self,
         Parameters(params): Parameters<ProcessingToolParams>,
@@ -181,8 +113,9 @@ impl DurableServer {
     ) -> Result<CallToolResult, McpError> {
         let owner = self.client_id(params.client_id.clone(), &ctx);
         // Subscribe before attaching, so no change after the attach can be missed.
-        let mut events = self.engine.subscribe();
+        let mut events = self.shared.engine.subscribe();
         let task = match self
+            .shared
             .engine
             .start_or_attach(DATA_PROCESSING, &owner, to_params(&params.job))
             .await
@@ -222,11 +155,7 @@ impl DurableServer {
             }
             if let Some(outcome) = processing_outcome(&current) {
                 if let Some(binding) = &binding {
-                    self.streams
-                        .store()
-                        .finish_binding(binding)
-                        .await
-                        .map_err(|e| to_mcp(e.into()))?;
+                    self.shared.streams.finish_binding(binding).await?;
                 }
                 return Ok(outcome);
             }
@@ -237,7 +166,7 @@ impl DurableServer {
                 event = events.recv() => match event {
                     Ok(event) if event.task.task_id == task_id => event.task,
                     Ok(_) => continue,
-                    Err(RecvError::Lagged(_)) => self.engine.get(&task_id).await.map_err(to_mcp)?,
+                    Err(RecvError::Lagged(_)) => self.shared.engine.get(&task_id).await?,
                     Err(RecvError::Closed) => {
                         return Err(McpError::internal_error("server is shutting down", None));
                     }
@@ -253,7 +182,7 @@ impl DurableServer {
         &self,
         Parameters(params): Parameters<TaskIdParams>,
     ) -> Result<CallToolResult, McpError> {
-        let outcome = self.engine.cancel(params.task_id.trim()).await;
+        let outcome = self.shared.engine.cancel(params.task_id.trim()).await;
         tool_outcome(outcome.map(|task| task_json(&task)))
     }
 
@@ -264,7 +193,7 @@ impl DurableServer {
         &self,
         Parameters(params): Parameters<TaskIdParams>,
     ) -> Result<CallToolResult, McpError> {
-        let outcome = self.engine.pause(params.task_id.trim()).await;
+        let outcome = self.shared.engine.pause(params.task_id.trim()).await;
         tool_outcome(outcome.map(|task| task_json(&task)))
     }
 
@@ -273,7 +202,7 @@ impl DurableServer {
         &self,
         Parameters(params): Parameters<TaskIdParams>,
     ) -> Result<CallToolResult, McpError> {
-        let outcome = self.engine.resume(params.task_id.trim()).await;
+        let outcome = self.shared.engine.resume(params.task_id.trim()).await;
         tool_outcome(outcome.map(|task| task_json(&task)))
     }
 
@@ -281,7 +210,7 @@ impl DurableServer {
         description = "Counts of tasks per status, and the workers active in this server process."
     )]
     async fn get_server_stats(&self) -> Result<CallToolResult, McpError> {
-        let stats = self.engine.stats().await.map_err(to_mcp)?;
+        let stats = self.shared.engine.stats().await?;
         Ok(json_result(to_params(&stats)))
     }
 
@@ -305,10 +234,10 @@ impl DurableServer {
         };
         let owner = self.client_id(params.client_id, &ctx);
         let tasks = self
+            .shared
             .engine
             .list(Some(owner.clone()), status, SESSION_TASK_LIMIT)
-            .await
-            .map_err(to_mcp)?;
+            .await?;
         let rows: Vec<SessionTask<'_>> = tasks
             .iter()
             .map(|task| SessionTask {
@@ -334,7 +263,7 @@ impl DurableServer {
         description = "Statistics of the checkpoint store: tasks per status, steps committed, checkpoint bytes."
     )]
     async fn get_checkpoint_stats(&self) -> Result<CallToolResult, McpError> {
-        let stats = self.engine.checkpoint_stats().await.map_err(to_mcp)?;
+        let stats = self.shared.engine.checkpoint_stats().await?;
         Ok(json_result(to_params(&stats)))
     }
 
@@ -357,7 +286,42 @@ impl DurableServer {
     }
 }
 
+/// The `start_{kind}` tool of a background kind: the kind's description and parameter schema,
+/// answered by [`DurableServer::start_kind`].
+pub(super) fn start_route(kind: &KindInfo) -> ToolRoute<DurableServer> {
+    let name = kind.name;
+    let tool = Tool::new(
+        start_tool(name),
+        kind.description,
+        Arc::new(kind.params_schema.clone()),
+    )
+    .with_title(kind.title);
+    ToolRoute::new_dyn(tool, move |call: ToolCallContext<'_, DurableServer>| {
+        Box::pin(async move {
+            let arguments = Value::Object(call.arguments.unwrap_or_default());
+            let result = call
+                .service
+                .start_kind(name, arguments, &call.request_context)
+                .await?;
+            Ok(CallToolResponse::from(result))
+        })
+    })
+}
+
 impl DurableServer {
+    /// Starts a task of a background kind; the engine validates the arguments, so every error
+    /// names its field.
+    async fn start_kind(
+        &self,
+        kind: &str,
+        arguments: Value,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let owner = self.client_id(None, ctx);
+        let outcome = self.shared.engine.start(kind, &owner, arguments).await;
+        tool_outcome(outcome.map(|task| started(&task)))
+    }
+
     /// Records that this call waits on `task_id`, so that a restarted server can still deliver
     /// its progress and result into the call's stream.
     async fn bind_call(
@@ -376,11 +340,7 @@ impl DurableServer {
             stream_id: None,
         };
         let id = binding.id.clone();
-        self.streams
-            .store()
-            .insert_binding(binding, self.streams.instance())
-            .await
-            .map_err(|e| to_mcp(e.into()))?;
+        self.shared.streams.bind_call(binding).await?;
         Ok(id)
     }
 }

@@ -28,7 +28,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use durable_shared::EventId;
 
-use crate::store::{NewEvent, Store, StoredEvent};
+pub use crate::store::CallBinding;
+use crate::store::{NewEvent, Store, StoreError, StoredEvent};
 
 /// Key in a progress notification's `_meta` naming the call binding it belongs to: how the store
 /// learns which stream a durable tool call answers on.
@@ -103,6 +104,58 @@ impl StreamStore {
     /// This process's id in call bindings.
     pub fn instance(&self) -> &str {
         &self.inner.instance
+    }
+
+    /// Records that a tool call of this process waits on a task, so that a restarted server can
+    /// still deliver the task's progress and result into the call's stream.
+    pub async fn bind_call(&self, binding: CallBinding) -> Result<(), StoreError> {
+        self.inner
+            .store
+            .insert_binding(binding, &self.inner.instance)
+            .await
+    }
+
+    /// Records that a bound call got its final answer.
+    pub async fn finish_binding(&self, id: &str) -> Result<(), StoreError> {
+        self.inner.store.finish_binding(id).await
+    }
+
+    /// Unfinished calls of other (dead) processes of this server.
+    pub async fn orphaned_bindings(&self) -> Result<Vec<CallBinding>, StoreError> {
+        self.inner
+            .store
+            .orphaned_bindings(&self.inner.instance)
+            .await
+    }
+
+    /// Stores a session's resource subscription (or its removal), so it survives a restart.
+    pub async fn set_subscription(
+        &self,
+        session_id: &str,
+        uri: &str,
+        subscribed: bool,
+    ) -> Result<(), StoreError> {
+        self.inner
+            .store
+            .set_subscription(session_id, uri, subscribed)
+            .await
+    }
+
+    /// The newest message stored on `stream_id` that contains `needle`.
+    pub async fn last_event_containing(
+        &self,
+        stream_id: &str,
+        needle: &str,
+    ) -> Result<Option<String>, StoreError> {
+        self.inner
+            .store
+            .last_event_containing(stream_id, needle)
+            .await
+    }
+
+    /// The stored resource subscriptions of a session.
+    pub async fn subscriptions(&self, session_id: &str) -> Result<Vec<String>, StoreError> {
+        self.inner.store.subscriptions(session_id).await
     }
 
     /// Appends `event` to its stream, wakes the stream's tails and returns the event's id.
