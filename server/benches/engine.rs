@@ -11,8 +11,8 @@
 
 use std::time::{Duration, Instant};
 
-use durable_mcp::engine::{Engine, EngineConfig, Env, Plan, Step, StepError, TaskKind};
-use durable_mcp::store::{NewTask, StepCommit, Store};
+use durable_mcp_server::engine::{Engine, EngineConfig, Env, Plan, Step, StepError, TaskKind};
+use durable_mcp_server::store::{NewTask, StepCommit, Store};
 use durable_shared::kinds::{KindSpec, ParamError};
 use serde_json::{Value, json};
 use support::{Session, serve};
@@ -197,12 +197,7 @@ fn created_task_id(reply: &str) -> String {
 }
 
 async fn tool_latency(dir: &std::path::Path) -> Vec<(&'static str, Vec<Duration>)> {
-    let served = serve(
-        &dir.join("http.db"),
-        &dir.join("data"),
-        &["--time-scale", "0"],
-    )
-    .await;
+    let served = serve(support::config(&dir.join("http.db"), &dir.join("data"))).await;
     let session = Session::open(served.url.clone()).await;
     // Warm up connections and caches before measuring either side.
     time(

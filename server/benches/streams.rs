@@ -6,8 +6,8 @@
 
 use std::time::Instant;
 
-use durable_mcp::store::{NewEvent, Store};
-use durable_mcp::streams::StreamStore;
+use durable_mcp_server::store::{NewEvent, Store};
+use durable_mcp_server::streams::StreamStore;
 use futures::StreamExt;
 use serde_json::json;
 use support::{Session, serve};
@@ -97,7 +97,7 @@ fn bare_replay(path: &std::path::Path, token: &str, after: u64) -> f64 {
 /// arrives.
 async fn http_replay(dir: &std::path::Path) -> (f64, String, u64) {
     let db = dir.join("http.db");
-    let served = serve(&db, &dir.join("data"), &[]).await;
+    let served = serve(support::config(&db, &dir.join("data"))).await;
     let session = Session::open(served.url.clone()).await;
     let (http, url, session) = (&session.http, &served.url, session.session.clone());
 

@@ -21,7 +21,7 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::services::{ServeDir, ServeFile};
 use tower_http::trace::TraceLayer;
 
-use crate::config::ServeArgs;
+use crate::config::Config;
 use crate::engine::{Engine, EngineConfig, Env};
 use crate::kinds;
 use crate::mcp::{
@@ -42,7 +42,7 @@ const DEFAULT_TASK_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// Opens the store, starts the engine (resuming unfinished tasks) and serves on `listener`
 /// until `shutdown` fires; then lets tasks checkpoint and returns.
 pub async fn run(
-    args: ServeArgs,
+    args: Config,
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
@@ -108,7 +108,7 @@ pub async fn run(
     Ok(())
 }
 
-fn session_manager(args: &ServeArgs, streams: &StreamStore) -> LocalSessionManager {
+fn session_manager(args: &Config, streams: &StreamStore) -> LocalSessionManager {
     let mut sessions = LocalSessionManager::default().with_event_store(Arc::new(streams.clone()));
     // rmcp's own idle timeout counts only requests, so it would close a session (and its open
     // GET stream) that is merely listening. The expiry sweep, which counts open streams as
@@ -123,7 +123,7 @@ fn session_manager(args: &ServeArgs, streams: &StreamStore) -> LocalSessionManag
 async fn sweep_sessions(
     streams: StreamStore,
     sessions: Arc<LocalSessionManager>,
-    args: ServeArgs,
+    args: Config,
     shutdown: CancellationToken,
 ) {
     let every = (args.session_ttl.min(args.event_max_age) / 10)
@@ -148,7 +148,7 @@ async fn sweep_sessions(
 }
 
 fn router(
-    args: &ServeArgs,
+    args: &Config,
     engine: Engine,
     streams: StreamStore,
     sessions: Arc<LocalSessionManager>,
@@ -260,7 +260,7 @@ fn origin_matches(pattern: &str, origin: &str) -> bool {
 }
 
 /// The built dashboard with single-page-app fallback, or a page saying how to build it.
-fn dashboard(args: &ServeArgs) -> Router {
+fn dashboard(args: &Config) -> Router {
     let dir = &args.dashboard_dir;
     let index = dir.join("index.html");
     if index.is_file() {

@@ -1,7 +1,6 @@
 //! durable-mcp: an MCP server whose long-running tools survive crashes, restarts and dropped
 //! clients. See `ARCHITECTURE.md` for the map.
 
-pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod http;

@@ -2,6 +2,9 @@
 //! driven with plain HTTP.
 
 use std::path::Path;
+use std::time::Duration;
+
+use durable_mcp_server::config::Config;
 
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -14,21 +17,39 @@ pub struct Served {
     task: JoinHandle<anyhow::Result<()>>,
 }
 
-/// Serves `/mcp` with its database at `db` and `extra` flags.
-pub async fn serve(db: &Path, data: &Path, extra: &[&str]) -> Served {
+/// The server's settings for a benchmark: the binary's defaults, with the database at `db`, no
+/// simulated delays and no dashboard.
+pub fn config(db: &Path, data: &Path) -> Config {
+    let hour = Duration::from_secs(3600);
+    Config {
+        db: db.to_owned(),
+        data_dir: data.to_owned(),
+        time_scale: 0.0,
+        retention: 24 * 7 * hour,
+        retention_interval: hour / 6,
+        max_running_tasks: 32,
+        session_ttl: hour,
+        event_max_age: 24 * hour,
+        sse_retry: Duration::from_secs(3),
+        sse_keep_alive: Duration::from_secs(15),
+        allowed_origins: Vec::new(),
+        allowed_hosts: Vec::new(),
+        max_body_bytes: 1024 * 1024,
+        dashboard_dir: data.join("no-dashboard"),
+        shutdown_grace: Duration::from_secs(5),
+    }
+}
+
+/// Serves `/mcp` with `config`.
+pub async fn serve(config: Config) -> Served {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    let mut argv = vec![
-        "durable-mcp",
-        "--db",
-        db.to_str().unwrap(),
-        "--data-dir",
-        data.to_str().unwrap(),
-    ];
-    argv.extend_from_slice(extra);
-    let args = <durable_mcp::config::Cli as clap::Parser>::parse_from(argv).serve;
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(durable_mcp::http::run(args, listener, shutdown.clone()));
+    let task = tokio::spawn(durable_mcp_server::http::run(
+        config,
+        listener,
+        shutdown.clone(),
+    ));
     Served {
         url,
         shutdown,

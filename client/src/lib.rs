@@ -1,20 +1,25 @@
-//! The command-line client: `durable-mcp task ...` and `durable-mcp stats`, speaking MCP to a
-//! running server with rmcp's Streamable HTTP client.
+//! The command-line client: `durable-mcp task ...`, `durable-mcp process` and `durable-mcp
+//! stats`, speaking MCP to a running server with rmcp's Streamable HTTP client, like any other
+//! client. It knows no kind by name: `task start KIND` finds the server's `start_{kind}` tool and
+//! reads its flags from the tool's schema.
 //!
 //! Exit codes: 0 success (a watched task completed), 1 the server refused the request (bad
 //! input, unknown task, a transition the task's status does not allow), 3 the server cannot be
 //! reached, 4 the watched task failed, 5 it was cancelled, 130 interrupted by Ctrl-C (the task
 //! keeps running on the server).
 
+pub mod args;
 mod follow;
+mod forms;
 mod state;
 
 use std::collections::HashMap;
 use std::process::ExitCode;
 
+use durable_shared::kinds::start_tool;
 use durable_shared::{ServerStats, TaskInfo, TaskList, list_uri, status_uri};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ReadResourceRequestParams, ResourceContents,
+    CallToolRequestParams, CallToolResult, ReadResourceRequestParams, ResourceContents, Tool,
 };
 use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;
@@ -22,8 +27,11 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
-use crate::config::{ClientArgs, Command, StartKind, TaskCommand};
+use args::{ClientArgs, ClientCommand, TaskCommand};
 use state::ClientState;
+
+/// The in-request tool `process` calls; its `client_id` argument is the client's own.
+const PROCESS_TOOL: &str = "resumable_data_processing";
 
 const REFUSED: u8 = 1;
 const UNREACHABLE: u8 = 3;
@@ -35,6 +43,8 @@ const INTERRUPTED: u8 = 130;
 enum Failure {
     /// The server answered with an error for the user to fix.
     Refused(String),
+    /// The flags do not fit the tool's schema, or help was asked for (clap prints either).
+    Usage(clap::Error),
     /// The server could not be reached or broke the protocol.
     Unreachable(String),
     /// A followed task ended without completing; its final state was printed.
@@ -53,24 +63,21 @@ struct Client {
 }
 
 /// Runs a client subcommand and returns the process exit code.
-pub async fn run(command: Command) -> ExitCode {
+pub async fn run(command: ClientCommand) -> ExitCode {
     let (args, action): (ClientArgs, Action) = match command {
-        Command::Task { client, command } => (client, Action::Task(command)),
-        Command::Stats { client } => (client, Action::Stats),
-        Command::Process {
-            client,
-            dataset_name,
-            total_records,
-            batch_size,
-        } => (
-            client,
-            Action::Process(json!({
-                "dataset_name": dataset_name,
-                "total_records": total_records,
-                "batch_size": batch_size,
-            })),
+        ClientCommand::Task { client, command } => {
+            // Client flags may follow the kind's own flags.
+            let client = match &command {
+                TaskCommand::Start { arguments, .. } => forms::client_flags(&client, arguments),
+                _ => client,
+            };
+            (client, Action::Task(command))
+        }
+        ClientCommand::Stats { client } => (client, Action::Stats),
+        ClientCommand::Process { client, arguments } => (
+            forms::client_flags(&client, &arguments),
+            Action::Process(arguments),
         ),
-        Command::Serve(_) => unreachable!("serve is not a client command"),
     };
     let path = args.state_file.clone().unwrap_or_else(state::default_path);
     let client_id = ClientState::load_or_create(&path).client_id;
@@ -92,6 +99,10 @@ pub async fn run(command: Command) -> ExitCode {
             eprintln!("error: {message}");
             ExitCode::from(UNREACHABLE)
         }
+        Err(Failure::Usage(error)) => {
+            let _ = error.print();
+            ExitCode::from(error.exit_code().clamp(0, 255) as u8)
+        }
         Err(Failure::Ended(code)) => ExitCode::from(code),
         Err(Failure::Interrupted) => ExitCode::from(INTERRUPTED),
     }
@@ -100,7 +111,7 @@ pub async fn run(command: Command) -> ExitCode {
 enum Action {
     Task(TaskCommand),
     Stats,
-    Process(Value),
+    Process(Vec<String>),
 }
 
 impl Client {
@@ -132,6 +143,28 @@ impl Client {
             args,
             client_id,
         })
+    }
+
+    /// The server's tool `name`; `what` names it for the user if the server has none.
+    async fn tool(&self, name: &str, what: &str) -> Outcome<Tool> {
+        let tools =
+            self.service.list_all_tools().await.map_err(|e| {
+                Failure::Unreachable(format!("cannot list the server's tools: {e}"))
+            })?;
+        let offered: Vec<String> = tools
+            .iter()
+            .filter_map(|tool| durable_shared::kinds::kind_of_start_tool(&tool.name))
+            .map(|kind| kind.replace('_', "-"))
+            .collect();
+        tools
+            .into_iter()
+            .find(|tool| tool.name == name)
+            .ok_or_else(|| {
+                Failure::Refused(format!(
+                    "the server offers no {what:?} (it has no tool {name}); kinds it offers: {}",
+                    offered.join(", ")
+                ))
+            })
     }
 
     async fn call(&self, tool: &str, arguments: Value) -> Outcome<Value> {
@@ -197,10 +230,21 @@ impl Client {
                     )
                 });
             }
-            Action::Task(TaskCommand::Start { kind, watch }) => {
-                let (tool, arguments) = start_arguments(kind);
-                let started = self.call(tool, arguments).await?;
+            Action::Task(TaskCommand::Start {
+                kind,
+                watch,
+                arguments,
+            }) => {
+                let kind = kind.replace('-', "_");
+                let tool = self.tool(&start_tool(&kind), &kind).await?;
+                let about = tool.description.as_deref().unwrap_or_default();
+                let parsed = forms::parse(&kind, about, &tool.input_schema, &[], &arguments)
+                    .map_err(Failure::Usage)?;
+                let started = self
+                    .call(&tool.name, Value::Object(parsed.arguments))
+                    .await?;
                 let task_id = started["task_id"].as_str().unwrap_or_default().to_owned();
+                let watch = watch || parsed.watch;
                 if !(watch && self.args.json) {
                     self.print(&started, || {
                         format!(
@@ -215,7 +259,19 @@ impl Client {
                 }
             }
             Action::Task(TaskCommand::Watch { task_id }) => self.watch(&task_id).await?,
-            Action::Process(arguments) => self.process(arguments).await?,
+            Action::Process(arguments) => {
+                let tool = self.tool(PROCESS_TOOL, "process").await?;
+                let about = tool.description.as_deref().unwrap_or_default();
+                let parsed = forms::parse(
+                    "process",
+                    about,
+                    &tool.input_schema,
+                    &["client_id"],
+                    &arguments,
+                )
+                .map_err(Failure::Usage)?;
+                self.process(Value::Object(parsed.arguments)).await?
+            }
             Action::Task(TaskCommand::List { status, mine }) => {
                 let status = status
                     .map(|s| {
@@ -275,35 +331,6 @@ fn tool_text(result: &CallToolResult) -> String {
 fn decode<T: serde::de::DeserializeOwned>(value: &Value) -> Outcome<T> {
     serde_json::from_value(value.clone())
         .map_err(|e| Failure::Unreachable(format!("unexpected answer from the server: {e}")))
-}
-
-fn start_arguments(kind: StartKind) -> (&'static str, Value) {
-    match kind {
-        StartKind::DataMigration {
-            source_path,
-            destination_path,
-            record_count,
-        } => (
-            "start_data_migration",
-            json!({"source_path": source_path, "destination_path": destination_path, "record_count": record_count}),
-        ),
-        StartKind::BatchProcessing {
-            batch_size,
-            total_items,
-            processing_delay,
-        } => (
-            "start_batch_processing",
-            json!({"batch_size": batch_size, "total_items": total_items, "processing_delay": processing_delay}),
-        ),
-        StartKind::MlTraining {
-            model_name,
-            dataset_size,
-            epochs,
-        } => (
-            "start_ml_training",
-            json!({"model_name": model_name, "dataset_size": dataset_size, "epochs": epochs}),
-        ),
-    }
 }
 
 fn table(tasks: &[&TaskInfo]) -> String {

@@ -1,0 +1,129 @@
+//! `durable-mcp serve`: the server's flags, each with its environment variable and default, and
+//! the [`Config`] they make.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use durable_mcp_server::config::Config;
+
+/// Settings of the server. Every flag can also be set through the environment variable shown.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on. Keep the loopback default unless a proxy with authentication sits
+    /// in front: the server has no authentication of its own.
+    #[arg(long, env = "DURABLE_MCP_HOST", default_value = "127.0.0.1")]
+    pub host: IpAddr,
+
+    /// Port to listen on; 0 picks a free one (the chosen address is printed).
+    #[arg(long, env = "DURABLE_MCP_PORT", default_value_t = 8080)]
+    pub port: u16,
+
+    /// SQLite database holding tasks and checkpoints (created if missing).
+    #[arg(long, env = "DURABLE_MCP_DB", default_value = "durable-mcp.db")]
+    pub db: PathBuf,
+
+    /// Directory that data-migration source and destination paths are resolved in (created if
+    /// missing); nothing outside it is read or written.
+    #[arg(long, env = "DURABLE_MCP_DATA_DIR", default_value = "data")]
+    pub data_dir: PathBuf,
+
+    /// Factor applied to every simulated delay: 0.01 makes a 10 s epoch take 0.1 s.
+    #[arg(long, env = "DURABLE_MCP_TIME_SCALE", default_value_t = 1.0, value_parser = parse_time_scale)]
+    pub time_scale: f64,
+
+    /// Completed, failed and cancelled tasks are deleted this long after they finished
+    /// (e.g. 7d, 12h, 30m).
+    #[arg(long, env = "DURABLE_MCP_RETENTION", default_value = "7d", value_parser = humantime::parse_duration)]
+    pub retention: Duration,
+
+    /// How often expired tasks are looked for.
+    #[arg(long, env = "DURABLE_MCP_RETENTION_INTERVAL", default_value = "10m", value_parser = humantime::parse_duration)]
+    pub retention_interval: Duration,
+
+    /// Tasks advanced at the same time; further ones wait as `pending`.
+    #[arg(long, env = "DURABLE_MCP_MAX_RUNNING_TASKS", default_value_t = 32)]
+    pub max_running_tasks: usize,
+
+    /// An MCP session with no request and no open stream for this long is deleted with its
+    /// stored events; its client gets 404 and initializes again.
+    #[arg(long, env = "DURABLE_MCP_SESSION_TTL", default_value = "1h", value_parser = humantime::parse_duration)]
+    pub session_ttl: Duration,
+
+    /// Stored SSE events older than this are deleted even while their session lives; resuming
+    /// from before then gets 410.
+    #[arg(long, env = "DURABLE_MCP_EVENT_MAX_AGE", default_value = "24h", value_parser = humantime::parse_duration)]
+    pub event_max_age: Duration,
+
+    /// Reconnect delay suggested to clients in SSE priming events (`retry:`).
+    #[arg(long, env = "DURABLE_MCP_SSE_RETRY", default_value = "3s", value_parser = humantime::parse_duration)]
+    pub sse_retry: Duration,
+
+    /// Interval of keep-alive comments on open SSE streams.
+    #[arg(long, env = "DURABLE_MCP_SSE_KEEP_ALIVE", default_value = "15s", value_parser = humantime::parse_duration)]
+    pub sse_keep_alive: Duration,
+
+    /// Browser origins allowed besides loopback ones (comma-separated, e.g.
+    /// https://ops.example.com). Requests from any other Origin get 403.
+    #[arg(
+        long = "allowed-origin",
+        env = "DURABLE_MCP_ALLOWED_ORIGINS",
+        value_delimiter = ','
+    )]
+    pub allowed_origins: Vec<String>,
+
+    /// Host names accepted in the Host header besides loopback ones (comma-separated); needed
+    /// when clients reach the server under a public name.
+    #[arg(
+        long = "allowed-host",
+        env = "DURABLE_MCP_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    pub allowed_hosts: Vec<String>,
+
+    /// Largest accepted request body in bytes; larger ones get 413.
+    #[arg(long, env = "DURABLE_MCP_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
+    pub max_body_bytes: usize,
+
+    /// Directory of the built dashboard (Trunk's dist) served at /.
+    #[arg(long, env = "DURABLE_MCP_DASHBOARD_DIR", default_value = "web/dist")]
+    pub dashboard_dir: PathBuf,
+
+    /// On SIGTERM or Ctrl-C, how long to wait for tasks to checkpoint and connections to close.
+    #[arg(long, env = "DURABLE_MCP_SHUTDOWN_GRACE", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub shutdown_grace: Duration,
+}
+
+impl ServeArgs {
+    /// The server's settings; the address is bound by `main`.
+    pub fn config(&self) -> Config {
+        Config {
+            db: self.db.clone(),
+            data_dir: self.data_dir.clone(),
+            time_scale: self.time_scale.clone(),
+            retention: self.retention.clone(),
+            retention_interval: self.retention_interval.clone(),
+            max_running_tasks: self.max_running_tasks.clone(),
+            session_ttl: self.session_ttl.clone(),
+            event_max_age: self.event_max_age.clone(),
+            sse_retry: self.sse_retry.clone(),
+            sse_keep_alive: self.sse_keep_alive.clone(),
+            allowed_origins: self.allowed_origins.clone(),
+            allowed_hosts: self.allowed_hosts.clone(),
+            max_body_bytes: self.max_body_bytes.clone(),
+            dashboard_dir: self.dashboard_dir.clone(),
+            shutdown_grace: self.shutdown_grace.clone(),
+        }
+    }
+}
+
+fn parse_time_scale(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number"))?;
+    if !(0.0..=1000.0).contains(&value) {
+        return Err(format!("must be between 0 and 1000, got {value}"));
+    }
+    Ok(value)
+}
