@@ -1,12 +1,14 @@
 //! Headless Chromium driven through chromedriver (both from Debian), for the dashboard tests.
 
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
 use serde_json::{Value, json};
+use tokio::process::{Child, Command};
 
 use crate::within;
 
@@ -21,14 +23,28 @@ pub struct Browser {
 
 /// A chromedriver in its own process group; dropping it kills chromedriver and every Chromium
 /// it started.
-struct Driver(Child);
+struct Driver {
+    /// Kept to be dropped: `kill_on_drop` kills chromedriver itself and tokio reaps it.
+    _child: Child,
+    /// Chromedriver's pid, which is also its process group's id.
+    group: Pid,
+}
+
+impl Driver {
+    fn spawn(command: &mut Command) -> std::io::Result<Driver> {
+        let child = command.process_group(0).kill_on_drop(true).spawn()?;
+        let pid = child.id().expect("a child just spawned has a pid");
+        let group = Pid::from_raw(i32::try_from(pid).expect("a pid fits in pid_t"));
+        Ok(Driver {
+            _child: child,
+            group,
+        })
+    }
+}
 
 impl Drop for Driver {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-9", "--", &format!("-{}", self.0.id())])
-            .status();
-        let _ = self.0.wait();
+        let _ = killpg(self.group, Signal::SIGKILL);
     }
 }
 
@@ -59,15 +75,13 @@ impl Browser {
 
     async fn try_start() -> Result<Browser, String> {
         let port = free_port();
-        let driver = Driver(
+        let driver = Driver::spawn(
             Command::new("chromedriver")
                 .arg(format!("--port={port}"))
                 .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .process_group(0)
-                .spawn()
-                .expect("chromedriver (apt-get install chromium-driver; scripts/setup does)"),
-        );
+                .stderr(Stdio::null()),
+        )
+        .expect("chromedriver (apt-get install chromium-driver; scripts/setup does)");
         // Ready when this chromedriver answers its status endpoint (a bare TCP connect could
         // reach whatever else holds the port).
         let status = format!("http://127.0.0.1:{port}/status");

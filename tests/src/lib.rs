@@ -9,15 +9,15 @@ pub mod proxy;
 pub mod raw;
 
 use std::future::Future;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc::Receiver;
+use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use durable_shared::{TaskInfo, TaskStatus};
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, LoggingMessageNotificationParam,
     ProgressNotificationParam, ProgressToken, ReadResourceRequestParams,
@@ -28,33 +28,58 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc::UnboundedReceiver;
 
 /// Sends each line `child` prints on its (piped) stdout to the returned channel, which ends
-/// when the child closes its stdout (when it exits).
-pub fn stdout_lines(child: &mut Child) -> Receiver<String> {
+/// when the child closes its stdout (when it exits). A task reads the pipe the whole time, even
+/// when nobody receives, so a chatty child never blocks on a full pipe.
+pub fn stdout_lines(child: &mut Child) -> UnboundedReceiver<String> {
     let stdout = child.stdout.take().expect("a piped stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stdout).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
             let _ = tx.send(line);
         }
     });
     rx
 }
 
+/// Every line still to come from a `stdout_lines` channel, once the child has closed its
+/// stdout.
+pub async fn remaining_lines(lines: &mut UnboundedReceiver<String>) -> Vec<String> {
+    within(IO_TIMEOUT, "the end of a child's output", async {
+        let mut rest = Vec::new();
+        while let Some(line) = lines.recv().await {
+            rest.push(line);
+        }
+        rest
+    })
+    .await
+}
+
+/// Sends `signal` to `child`, which must not have been reaped yet (so its pid is still its
+/// own).
+pub fn send_signal(child: &Child, signal: Signal) {
+    let pid = child.id().expect("a child that has not been reaped");
+    let pid = Pid::from_raw(i32::try_from(pid).expect("a pid fits in pid_t"));
+    nix::sys::signal::kill(pid, signal)
+        .unwrap_or_else(|e| panic!("sending {signal} to {pid}: {e}"));
+}
+
 /// Waits up to `limit` for `child` to exit; `None` (after killing it) if it did not.
-pub fn exit_within(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
-    let deadline = std::time::Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().expect("waiting for a child process") {
-            return Some(status);
+pub async fn exit_within(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    match tokio::time::timeout(limit, child.wait()).await {
+        Ok(status) => Some(status.expect("waiting for a child process")),
+        Err(_) => {
+            send_signal(child, Signal::SIGKILL);
+            within(IO_TIMEOUT, "a killed child to exit", child.wait())
+                .await
+                .expect("reaping a killed child");
+            None
         }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -71,6 +96,9 @@ pub async fn within<T>(limit: Duration, what: &str, future: impl Future<Output =
 
 /// The `durable-mcp` binary of this build profile, built once per test process. Cargo only
 /// builds a package's binaries for that package's own tests, so the suites ask for it here.
+/// The build blocks (a `std` command) on purpose: it runs once, before any server or client of
+/// the test process exists, so there is nothing for the runtime to do meanwhile, and other
+/// tests' threads wait on the `OnceLock` for the same binary.
 pub fn server_binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(|| {
@@ -84,7 +112,7 @@ pub fn server_binary() -> &'static Path {
             .file_name()
             .is_some_and(|name| name == "release");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut build = Command::new(cargo);
+        let mut build = std::process::Command::new(cargo);
         build.args([
             "build",
             "--quiet",
@@ -102,7 +130,8 @@ pub fn server_binary() -> &'static Path {
     })
 }
 
-/// A running server process with its own database and data directory.
+/// A running server process with its own database and data directory. Dropping it (a test's
+/// end, or a panic) kills the process.
 pub struct Server {
     child: Option<Child>,
     pub addr: SocketAddr,
@@ -113,7 +142,7 @@ pub struct Server {
 
 impl Server {
     /// Starts a server in `dir` (database `dir/tasks.db`, data `dir/data`) on a free port.
-    pub fn start(dir: &Path, extra_args: &[&str]) -> Server {
+    pub async fn start(dir: &Path, extra_args: &[&str]) -> Server {
         let mut server = Server {
             child: None,
             addr: "127.0.0.1:0".parse().expect("address"),
@@ -121,11 +150,11 @@ impl Server {
             args: extra_args.iter().map(|arg| arg.to_string()).collect(),
             starts: 0,
         };
-        server.spawn();
+        server.spawn().await;
         server
     }
 
-    fn spawn(&mut self) {
+    async fn spawn(&mut self) {
         self.starts += 1;
         let log = std::fs::File::create(self.dir.join(format!("server-{}.log", self.starts)))
             .expect("server log file");
@@ -149,12 +178,15 @@ impl Server {
             .env("RUST_LOG", "info,durable_mcp=debug")
             .stdout(Stdio::piped())
             .stderr(log)
+            .kill_on_drop(true)
             .spawn()
             .expect("starting durable-mcp");
-        let rx = stdout_lines(&mut child);
-        let line = rx
-            .recv_timeout(Duration::from_secs(60))
-            .unwrap_or_else(|_| panic!("server did not start; log:\n{}", self.log()));
+        let mut lines = stdout_lines(&mut child);
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.recv())
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| panic!("server did not start; log:\n{}", self.log()));
         let url = line
             .strip_prefix("durable-mcp listening on http://")
             .and_then(|rest| rest.strip_suffix("/mcp"))
@@ -168,28 +200,26 @@ impl Server {
     }
 
     /// Kills the process with SIGKILL: no shutdown code runs.
-    pub fn kill9(&mut self) {
+    pub async fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
-            child.kill().expect("SIGKILL");
-            child.wait().expect("reaping the server");
+            send_signal(&child, Signal::SIGKILL);
+            within(IO_TIMEOUT, "the killed server to exit", child.wait())
+                .await
+                .expect("reaping the server");
         }
     }
 
     /// Starts the server again on the same port, database and data directory.
-    pub fn restart(&mut self) {
+    pub async fn restart(&mut self) {
         assert!(self.child.is_none(), "restart needs a stopped server");
-        self.spawn();
+        self.spawn().await;
     }
 
     /// Sends SIGTERM and waits (up to `limit`) for the process to exit.
-    pub fn terminate(&mut self, limit: Duration) -> ExitStatus {
+    pub async fn terminate(&mut self, limit: Duration) -> ExitStatus {
         let mut child = self.child.take().expect("a running server");
-        let status = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .expect("running kill");
-        assert!(status.success());
-        exit_within(&mut child, limit).unwrap_or_else(|| {
+        send_signal(&child, Signal::SIGTERM);
+        exit_within(&mut child, limit).await.unwrap_or_else(|| {
             panic!(
                 "server did not exit within {limit:?} of SIGTERM; log:\n{}",
                 self.log()
@@ -215,7 +245,9 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        self.kill9();
+        // Nothing can be awaited here: dropping the child SIGKILLs it (`kill_on_drop`), and
+        // tokio reaps it in the background.
+        drop(self.child.take());
         if std::thread::panicking() {
             eprintln!("server log:\n{}", self.log());
         }
@@ -431,24 +463,17 @@ pub fn text_of(result: &CallToolResult) -> String {
 
 /// Runs `command` to completion and returns its output, killing it and failing the test if it
 /// takes longer than `limit`.
-pub fn output_within(command: &mut Command, limit: Duration) -> std::process::Output {
+pub async fn output_within(command: &mut Command, limit: Duration) -> std::process::Output {
     let child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .kill_on_drop(true)
         .spawn()
         .expect("starting a client");
-    let id = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(output) => output.expect("waiting for a client"),
-        Err(_) => {
-            let _ = Command::new("kill").args(["-9", &id.to_string()]).status();
-            panic!("a client did not finish within {limit:?}");
-        }
-    }
+    // On a timeout the future, and with it the child, is dropped, which kills the child.
+    within(limit, "a client to finish", child.wait_with_output())
+        .await
+        .expect("waiting for a client")
 }
 
 /// The stdout of a successful command as JSON; a failure shows the command's stderr.

@@ -18,7 +18,7 @@ async fn uninterrupted(
     args: &Value,
 ) -> (tempfile::TempDir, Server, TaskInfo) {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &["--time-scale", scale]);
+    let server = Server::start(dir.path(), &["--time-scale", scale]).await;
     let client = Client::connect(&server.mcp_url(), Some("baseline")).await;
     let started = client.call_ok(tool, args.clone()).await;
     let task = client
@@ -38,7 +38,7 @@ async fn interrupted(
     kill_at: &[u64],
 ) -> (tempfile::TempDir, Server, TaskInfo) {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = Server::start(dir.path(), &["--time-scale", scale]);
+    let mut server = Server::start(dir.path(), &["--time-scale", scale]).await;
     let client = Client::connect(&server.mcp_url(), Some("crash-test")).await;
     let started = client.call_ok(tool, args.clone()).await;
     let id = started["task_id"].as_str().unwrap().to_owned();
@@ -51,9 +51,9 @@ async fn interrupted(
             TaskStatus::Completed,
             "task finished before the kill at {point}"
         );
-        server.kill9();
+        server.kill9().await;
         drop(watcher);
-        server.restart();
+        server.restart().await;
         client = Some(Client::connect(&server.mcp_url(), Some("crash-test")).await);
     }
     let client = client.unwrap();
@@ -115,7 +115,7 @@ async fn migration_without_delays_survives_kills_mid_write() {
         .collect();
     std::fs::create_dir_all(dir.path().join("data")).unwrap();
     std::fs::write(dir.path().join("data/in.jsonl"), &source).unwrap();
-    let mut server = Server::start(dir.path(), &["--time-scale", "0"]);
+    let mut server = Server::start(dir.path(), &["--time-scale", "0"]).await;
     let client = Client::connect(&server.mcp_url(), None).await;
     let started = client
         .call_ok(
@@ -128,8 +128,8 @@ async fn migration_without_delays_survives_kills_mid_write() {
     for point in [2_000, 9_000, 17_000] {
         let watcher = client.take().unwrap();
         wait_progress(&watcher, &id, point).await;
-        server.kill9();
-        server.restart();
+        server.kill9().await;
+        server.restart().await;
         client = Some(Client::connect(&server.mcp_url(), None).await);
     }
     let client = client.unwrap();
@@ -182,7 +182,7 @@ async fn training_metrics_are_unchanged_by_kills() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resumable_processing_continues_after_a_kill_and_repeat_call_attaches() {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = Server::start(dir.path(), &["--time-scale", "0.02"]);
+    let mut server = Server::start(dir.path(), &["--time-scale", "0.02"]).await;
     let args = json!({"dataset_name": "ledger", "total_records": 200, "batch_size": 10, "client_id": "cli-1"});
     let baseline_args = json!({"dataset_name": "ledger", "total_records": 200, "batch_size": 10, "client_id": "baseline"});
 
@@ -207,9 +207,9 @@ async fn resumable_processing_continues_after_a_kill_and_repeat_call_attaches() 
     })
     .await;
     wait_progress(&watcher, &id, 60).await;
-    server.kill9();
+    server.kill9().await;
     drop(watcher);
-    server.restart();
+    server.restart().await;
     // The caller's own call, cut by the kill, resumes its stream with Last-Event-ID and gets the
     // answer the restarted server's relay finished it with.
     let original = within(Duration::from_secs(60), "the interrupted call", call)

@@ -21,12 +21,12 @@ fn dist() -> String {
     dist.display().to_string()
 }
 
-fn server(extra: &[&str]) -> (tempfile::TempDir, Server) {
+async fn server(extra: &[&str]) -> (tempfile::TempDir, Server) {
     let dir = tempfile::tempdir().unwrap();
     let dist = dist();
     let mut args = vec!["--dashboard-dir", dist.as_str()];
     args.extend_from_slice(extra);
-    let server = Server::start(dir.path(), &args);
+    let server = Server::start(dir.path(), &args).await;
     (dir, server)
 }
 
@@ -162,7 +162,7 @@ async fn local_storage(browser: &Browser) -> (String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_runs_steers_and_survives_a_reload() {
-    let (_dir, server) = server(&["--time-scale", "0.02"]);
+    let (_dir, server) = server(&["--time-scale", "0.02"]).await;
     let base = format!("http://{}/", server.addr);
     let browser = Browser::start().await;
     browser.goto(&base).await;
@@ -383,7 +383,8 @@ async fn the_dashboard_recovers_from_a_cut_network_and_a_killed_server() {
             "--sse-retry",
             "500ms",
         ],
-    );
+    )
+    .await;
     let proxy = Proxy::start(server.addr).await;
     let browser = Browser::start().await;
     browser.goto(&format!("http://{}/", proxy.addr)).await;
@@ -434,8 +435,8 @@ async fn the_dashboard_recovers_from_a_cut_network_and_a_killed_server() {
         })
         .await;
 
-    server.kill9();
-    server.restart();
+    server.kill9().await;
+    server.restart().await;
     // The proxy still points at the same port; the page finds the restarted server by itself.
     wait_status(&browser, &task, "completed").await;
     browser

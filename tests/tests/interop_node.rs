@@ -3,11 +3,12 @@
 //! `scripts/setup`) against the real server.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use durable_tests::{Server, output_json as json};
 use serde_json::Value;
+use tokio::process::Command;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -34,7 +35,7 @@ fn package_bin(package: &str, relative: &str) -> PathBuf {
     path
 }
 
-fn inspector(server: &Server, args: &[&str]) -> Output {
+async fn inspector(server: &Server, args: &[&str]) -> Output {
     let cli = package_bin(
         "@modelcontextprotocol/inspector",
         "clients/launcher/build/index.js",
@@ -46,38 +47,39 @@ fn inspector(server: &Server, args: &[&str]) -> Output {
             .args(args),
         std::time::Duration::from_secs(120),
     )
+    .await
 }
 
-#[test]
-fn the_inspector_cli_lists_calls_and_reads() {
+#[tokio::test]
+async fn the_inspector_cli_lists_calls_and_reads() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &["--time-scale", "0.01"]);
-    let tools = json(&inspector(&server, &["--method", "tools/list"]));
+    let server = Server::start(dir.path(), &["--time-scale", "0.01"]).await;
+    let tools = json(&inspector(&server, &["--method", "tools/list"]).await);
     assert_eq!(tools["tools"].as_array().unwrap().len(), 14);
     // The Inspector CLI has no resources/subscribe; it lists what can be followed instead.
-    let templates = json(&inspector(
-        &server,
-        &["--method", "resources/templates/list"],
-    ));
+    let templates = json(&inspector(&server, &["--method", "resources/templates/list"]).await);
     assert_eq!(templates["resourceTemplates"].as_array().unwrap().len(), 2);
-    let prompts = json(&inspector(&server, &["--method", "prompts/list"]));
+    let prompts = json(&inspector(&server, &["--method", "prompts/list"]).await);
     assert_eq!(prompts["prompts"][0]["name"], "task_report");
 
-    let started = json(&inspector(
-        &server,
-        &[
-            "--method",
-            "tools/call",
-            "--tool-name",
-            "start_batch_processing",
-            "--tool-arg",
-            "batch_size=2",
-            "--tool-arg",
-            "total_items=6",
-            "--tool-arg",
-            "processing_delay=1",
-        ],
-    ));
+    let started = json(
+        &inspector(
+            &server,
+            &[
+                "--method",
+                "tools/call",
+                "--tool-name",
+                "start_batch_processing",
+                "--tool-arg",
+                "batch_size=2",
+                "--tool-arg",
+                "total_items=6",
+                "--tool-arg",
+                "processing_delay=1",
+            ],
+        )
+        .await,
+    );
     assert_eq!(started["isError"], false);
     let uri = started["structuredContent"]["status_uri"]
         .as_str()
@@ -85,10 +87,7 @@ fn the_inspector_cli_lists_calls_and_reads() {
         .to_owned();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let read = json(&inspector(
-            &server,
-            &["--method", "resources/read", "--uri", &uri],
-        ));
+        let read = json(&inspector(&server, &["--method", "resources/read", "--uri", &uri]).await);
         let status: Value =
             serde_json::from_str(read["contents"][0]["text"].as_str().unwrap()).unwrap();
         if status["status"] == "completed" {
@@ -96,7 +95,7 @@ fn the_inspector_cli_lists_calls_and_reads() {
             break;
         }
         assert!(Instant::now() < deadline, "never completed: {status}");
-        std::thread::sleep(Duration::from_millis(100));
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
     // The Inspector reports a tool error as its own failure.
@@ -112,7 +111,8 @@ fn the_inspector_cli_lists_calls_and_reads() {
             "--tool-arg",
             "total_items=6",
         ],
-    );
+    )
+    .await;
     assert!(!bad.status.success());
     let stderr = String::from_utf8_lossy(&bad.stderr);
     assert!(stderr.contains("tool_is_error"), "{stderr}");
@@ -120,10 +120,10 @@ fn the_inspector_cli_lists_calls_and_reads() {
 
 /// The generic server scenarios of the conformance suite. Left out: the scenarios that call
 /// fixture tools, prompts or resources of the suite's own reference server (`test_*`).
-#[test]
-fn the_conformance_suite_generic_scenarios_pass() {
+#[tokio::test]
+async fn the_conformance_suite_generic_scenarios_pass() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &[]);
+    let server = Server::start(dir.path(), &[]).await;
     let suite = package_bin("@modelcontextprotocol/conformance", "dist/index.js");
     for scenario in [
         "server-initialize",
@@ -146,7 +146,8 @@ fn the_conformance_suite_generic_scenarios_pass() {
                 scenario,
             ]),
             std::time::Duration::from_secs(120),
-        );
+        )
+        .await;
         let text = String::from_utf8_lossy(&output.stdout);
         // "Passed: 5/5, 0 failed, 0 warnings": every check ran and passed, and there were some.
         let passed_all = text.lines().any(|line| {

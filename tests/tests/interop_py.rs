@@ -4,13 +4,13 @@
 //! status until completed, and gets a clear error for a bad call.
 
 use std::path::Path;
-use std::process::Command;
 
 use durable_tests::Server;
 use serde_json::Value;
+use tokio::process::Command;
 
-#[test]
-fn the_python_sdk_client_lists_starts_follows_and_gets_errors() {
+#[tokio::test]
+async fn the_python_sdk_client_lists_starts_follows_and_gets_errors() {
     let interop = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/interop"));
     let python = interop.join(".venv/bin/python");
     assert!(
@@ -18,13 +18,14 @@ fn the_python_sdk_client_lists_starts_follows_and_gets_errors() {
         "the Python SDK is not installed; run scripts/setup"
     );
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &["--time-scale", "0.01"]);
+    let server = Server::start(dir.path(), &["--time-scale", "0.01"]).await;
     let output = durable_tests::output_within(
         Command::new(python)
             .arg(interop.join("python_client.py"))
             .arg(server.mcp_url()),
         std::time::Duration::from_secs(120),
-    );
+    )
+    .await;
     assert!(
         output.status.success(),
         "python client failed:\n{}",

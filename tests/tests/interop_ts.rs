@@ -6,18 +6,19 @@
 //! experimental tasks client (protocol 2025-11-25 MCP tasks) end to end.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use durable_tests::Server;
 use serde_json::Value;
+use tokio::process::Command;
 
 fn interop_dir() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/interop"))
 }
 
-#[test]
-fn the_typescript_sdk_resumes_an_interrupted_call_across_a_kill() {
+#[tokio::test]
+async fn the_typescript_sdk_resumes_an_interrupted_call_across_a_kill() {
     assert!(
         interop_dir()
             .join("node_modules/@modelcontextprotocol/sdk")
@@ -28,31 +29,33 @@ fn the_typescript_sdk_resumes_an_interrupted_call_across_a_kill() {
     let mut server = Server::start(
         dir.path(),
         &["--time-scale", "0.05", "--sse-retry", "300ms"],
-    );
+    )
+    .await;
     let mut node = Command::new("node")
         .arg(interop_dir().join("resume.mjs"))
         .args([server.mcp_url().as_str(), "150"])
         .current_dir(interop_dir())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
+        .kill_on_drop(true)
         .spawn()
         .expect("running node");
-    let rx = durable_tests::stdout_lines(&mut node);
+    let mut rx = durable_tests::stdout_lines(&mut node);
     let mut lines: Vec<Value> = Vec::new();
     let mut killed = false;
     let outcome = loop {
-        let line = match rx.recv_timeout(Duration::from_secs(90)) {
-            Ok(line) => line,
-            Err(_) => {
-                let _ = node.kill();
+        // A panic drops (and so kills) node.
+        let line = match tokio::time::timeout(Duration::from_secs(90), rx.recv()).await {
+            Ok(Some(line)) => line,
+            Ok(None) | Err(_) => {
                 panic!("the TypeScript client went quiet; it printed {lines:#?}");
             }
         };
         let value: Value =
             serde_json::from_str(&line).unwrap_or_else(|_| panic!("not JSON: {line}"));
         if !killed && value["progress"].as_f64().is_some_and(|p| p >= 40.0) {
-            server.kill9();
-            server.restart();
+            server.kill9().await;
+            server.restart().await;
             killed = true;
         }
         if value.get("result").is_some() || value.get("error").is_some() {
@@ -61,6 +64,7 @@ fn the_typescript_sdk_resumes_an_interrupted_call_across_a_kill() {
         lines.push(value);
     };
     let status = durable_tests::exit_within(&mut node, Duration::from_secs(30))
+        .await
         .expect("the TypeScript client exits after its result");
     assert!(killed, "the server was never killed: {lines:#?}");
     assert!(
@@ -89,17 +93,18 @@ fn the_typescript_sdk_resumes_an_interrupted_call_across_a_kill() {
     assert_eq!(lines[0]["protocol"], "2025-11-25");
 }
 
-#[test]
-fn the_typescript_sdk_lists_starts_subscribes_follows_and_gets_errors() {
+#[tokio::test]
+async fn the_typescript_sdk_lists_starts_subscribes_follows_and_gets_errors() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &["--time-scale", "0.01"]);
+    let server = Server::start(dir.path(), &["--time-scale", "0.01"]).await;
     let output = durable_tests::output_within(
         Command::new("node")
             .arg(interop_dir().join("ts_client.mjs"))
             .arg(server.mcp_url())
             .current_dir(interop_dir()),
         std::time::Duration::from_secs(120),
-    );
+    )
+    .await;
     assert!(
         output.status.success(),
         "{}",
@@ -120,17 +125,18 @@ fn the_typescript_sdk_lists_starts_subscribes_follows_and_gets_errors() {
     );
 }
 
-#[test]
-fn the_typescript_sdks_tasks_client_runs_polls_lists_and_cancels_tasks() {
+#[tokio::test]
+async fn the_typescript_sdks_tasks_client_runs_polls_lists_and_cancels_tasks() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &["--time-scale", "0.01"]);
+    let server = Server::start(dir.path(), &["--time-scale", "0.01"]).await;
     let output = durable_tests::output_within(
         Command::new("node")
             .arg(interop_dir().join("ts_tasks.mjs"))
             .arg(server.mcp_url())
             .current_dir(interop_dir()),
         Duration::from_secs(120),
-    );
+    )
+    .await;
     assert!(
         output.status.success(),
         "{}",

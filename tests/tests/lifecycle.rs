@@ -15,7 +15,7 @@ fn task_id(started: &Value) -> String {
 #[tokio::test]
 async fn a_paused_task_runs_no_step_and_resumes_to_the_uninterrupted_result() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &["--time-scale", "0.01"]);
+    let server = Server::start(dir.path(), &["--time-scale", "0.01"]).await;
     let client = Client::connect(&server.mcp_url(), None).await;
     let args = json!({"batch_size": 1, "total_items": 60, "processing_delay": 1});
     let paused_id = task_id(&client.call_ok("start_batch_processing", args.clone()).await);
@@ -62,7 +62,7 @@ async fn a_paused_task_runs_no_step_and_resumes_to_the_uninterrupted_result() {
 #[tokio::test]
 async fn cancel_stops_a_sleeping_step_at_once_and_is_final() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &["--time-scale", "1"]);
+    let server = Server::start(dir.path(), &["--time-scale", "1"]).await;
     let client = Client::connect(&server.mcp_url(), None).await;
     // One step sleeps for an hour: only a prompt cancel can stop it.
     let id = task_id(
@@ -106,7 +106,7 @@ async fn cancel_stops_a_sleeping_step_at_once_and_is_final() {
 #[tokio::test]
 async fn cancel_of_a_paused_task_is_final_and_nothing_runs_after() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &["--time-scale", "0.01"]);
+    let server = Server::start(dir.path(), &["--time-scale", "0.01"]).await;
     let client = Client::connect(&server.mcp_url(), None).await;
     let id = task_id(
         &client
@@ -140,7 +140,7 @@ async fn cancel_of_a_paused_task_is_final_and_nothing_runs_after() {
 #[tokio::test]
 async fn after_a_kill_paused_tasks_stay_paused_and_running_ones_resume() {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = Server::start(dir.path(), &["--time-scale", "0.01"]);
+    let mut server = Server::start(dir.path(), &["--time-scale", "0.01"]).await;
     let client = Client::connect(&server.mcp_url(), None).await;
     let args = json!({"batch_size": 1, "total_items": 40, "processing_delay": 1});
     let paused_id = task_id(&client.call_ok("start_batch_processing", args.clone()).await);
@@ -151,9 +151,9 @@ async fn after_a_kill_paused_tasks_stay_paused_and_running_ones_resume() {
         .await;
     let paused_step = client.task(&paused_id).await.step;
     wait_progress(&client, &running_id, 10).await;
-    server.kill9();
+    server.kill9().await;
     drop(client);
-    server.restart();
+    server.restart().await;
 
     let client = Client::connect(&server.mcp_url(), None).await;
     let done = client.wait_terminal(&running_id, TASK_LIMIT).await;
@@ -177,7 +177,8 @@ async fn sigterm_checkpoints_exits_and_the_task_resumes_at_next_start() {
     let mut server = Server::start(
         dir.path(),
         &["--time-scale", "0.01", "--shutdown-grace", "3s"],
-    );
+    )
+    .await;
     let client = Client::connect(&server.mcp_url(), None).await;
     // Each step sleeps a second, so SIGTERM lands mid-step.
     let id = task_id(
@@ -190,7 +191,7 @@ async fn sigterm_checkpoints_exits_and_the_task_resumes_at_next_start() {
     );
     wait_progress(&client, &id, 10).await;
     drop(client);
-    let status = server.terminate(Duration::from_secs(20));
+    let status = server.terminate(Duration::from_secs(20)).await;
     assert!(status.success(), "exit status {status:?}");
     assert!(
         server.log().contains("all tasks checkpointed"),
@@ -198,7 +199,7 @@ async fn sigterm_checkpoints_exits_and_the_task_resumes_at_next_start() {
         server.log()
     );
 
-    server.restart();
+    server.restart().await;
     let client = Client::connect(&server.mcp_url(), None).await;
     let task = client.wait_terminal(&id, TASK_LIMIT).await;
     assert_eq!(

@@ -18,9 +18,9 @@ use serde_json::{Value, json};
 const V: &str = "2025-11-25";
 const POLL: Duration = Duration::from_millis(25);
 
-fn server(extra: &[&str]) -> (tempfile::TempDir, Server) {
+async fn server(extra: &[&str]) -> (tempfile::TempDir, Server) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let server = Server::start(dir.path(), extra);
+    let server = Server::start(dir.path(), extra).await;
     (dir, server)
 }
 
@@ -84,7 +84,7 @@ fn iso8601(text: &Value) -> bool {
 
 #[tokio::test]
 async fn capability_and_task_support_are_declared() {
-    let (_dir, server) = server(&[]);
+    let (_dir, server) = server(&[]).await;
     let session = RawSession::open(&server.mcp_url(), V).await;
     assert_eq!(
         session.initialized["capabilities"]["tasks"],
@@ -123,7 +123,7 @@ async fn capability_and_task_support_are_declared() {
 
 #[tokio::test]
 async fn a_task_is_created_polled_and_its_result_is_the_plain_calls() {
-    let (_dir, server) = server(&["--time-scale", "0"]);
+    let (_dir, server) = server(&["--time-scale", "0"]).await;
     let session = RawSession::open(&server.mcp_url(), V).await;
     let args = json!({"dataset_name": "ledger", "total_records": 50, "batch_size": 10});
     let task = create(
@@ -201,7 +201,7 @@ async fn a_task_is_created_polled_and_its_result_is_the_plain_calls() {
 
 #[tokio::test]
 async fn tasks_result_waits_for_the_end_and_tells_status_changes() {
-    let (_dir, server) = server(&["--time-scale", "0.01"]);
+    let (_dir, server) = server(&["--time-scale", "0.01"]).await;
     let session = RawSession::open(&server.mcp_url(), V).await;
     let mut notifications = Sse::new(session.get(None).await);
     // Half a second per step, so the pause below lands before the end.
@@ -276,7 +276,7 @@ async fn tasks_result_waits_for_the_end_and_tells_status_changes() {
 
 #[tokio::test]
 async fn a_running_task_is_cancelled_for_good() {
-    let (_dir, server) = server(&[]);
+    let (_dir, server) = server(&[]).await;
     let session = RawSession::open(&server.mcp_url(), V).await;
     let task = create(
         &session,
@@ -318,7 +318,7 @@ async fn a_running_task_is_cancelled_for_good() {
 
 #[tokio::test]
 async fn tasks_list_pages_through_the_callers_tasks_only() {
-    let (_dir, server) = server(&["--time-scale", "0"]);
+    let (_dir, server) = server(&["--time-scale", "0"]).await;
     let session = RawSession::open(&server.mcp_url(), V).await;
     let mut created = Vec::new();
     for id in 0..23 {
@@ -381,7 +381,7 @@ async fn tasks_list_pages_through_the_callers_tasks_only() {
 
 #[tokio::test]
 async fn wrong_task_use_gets_the_specified_errors() {
-    let (_dir, server) = server(&["--max-body-bytes", "65536"]);
+    let (_dir, server) = server(&["--max-body-bytes", "65536"]).await;
     let session = RawSession::open(&server.mcp_url(), V).await;
     let forbidden = session
         .call_error(
@@ -469,7 +469,7 @@ async fn wrong_task_use_gets_the_specified_errors() {
 
 #[tokio::test]
 async fn a_task_continues_across_a_sigkill_with_the_same_id_and_result() {
-    let (_dir, mut server) = server(&["--time-scale", "0.02"]);
+    let (_dir, mut server) = server(&["--time-scale", "0.02"]).await;
     let args = json!({"model_name": "crash", "dataset_size": 200, "epochs": 12});
     let session = RawSession::open(&server.mcp_url(), V).await;
     let task = create(&session, 2, "run_ml_training", args.clone(), json!({})).await;
@@ -495,8 +495,8 @@ async fn a_task_continues_across_a_sigkill_with_the_same_id_and_result() {
         }
     })
     .await;
-    server.kill9();
-    server.restart();
+    server.kill9().await;
+    server.restart().await;
 
     // The same session (restored from the store) polls the same task id to its end.
     let session = session.reconnected();
@@ -533,7 +533,7 @@ impl ClientHandler for TasksClient {
 
 #[tokio::test]
 async fn the_extension_shape_through_rmcps_client() {
-    let (_dir, server) = server(&["--time-scale", "0"]);
+    let (_dir, server) = server(&["--time-scale", "0"]).await;
     let transport = StreamableHttpClientTransport::from_uri(server.mcp_url());
     let client = within(IO_TIMEOUT, "initialize", TasksClient.serve(transport))
         .await

@@ -15,9 +15,9 @@ const V_OLD: &str = "2025-03-26";
 /// stream has nothing more (only after the awaited events arrived).
 const IDLE: Duration = Duration::from_millis(700);
 
-fn server(extra: &[&str]) -> (tempfile::TempDir, Server) {
+async fn server(extra: &[&str]) -> (tempfile::TempDir, Server) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let server = Server::start(dir.path(), extra);
+    let server = Server::start(dir.path(), extra).await;
     (dir, server)
 }
 
@@ -80,7 +80,7 @@ fn start_batch(total: u64) -> Value {
 
 #[tokio::test]
 async fn the_standalone_stream_resumes_exactly_after_the_last_id_and_then_goes_live() {
-    let (_dir, server) = server(&["--time-scale", "0.01"]);
+    let (_dir, server) = server(&["--time-scale", "0.01"]).await;
     let session = RawSession::open(&server.mcp_url(), V_NEW).await;
     let mut live = Sse::new(session.get(None).await);
     let priming = live.next(IO_TIMEOUT).await.expect("priming event");
@@ -127,7 +127,7 @@ async fn the_standalone_stream_resumes_exactly_after_the_last_id_and_then_goes_l
 
 #[tokio::test]
 async fn a_lost_tool_call_stream_delivers_missed_progress_and_the_result_once() {
-    let (_dir, server) = server(&["--time-scale", "0.05"]);
+    let (_dir, server) = server(&["--time-scale", "0.05"]).await;
     let session = RawSession::open(&server.mcp_url(), V_NEW).await;
     let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
         "name": "resumable_data_processing",
@@ -188,7 +188,7 @@ async fn refused(response: reqwest::Response, status: u16, says: &str) {
 
 #[tokio::test]
 async fn bad_last_event_ids_and_sessions_get_the_documented_errors() {
-    let (_dir, server) = server(&["--time-scale", "0.01"]);
+    let (_dir, server) = server(&["--time-scale", "0.01"]).await;
     let alice = RawSession::open(&server.mcp_url(), V_NEW).await;
     let bob = RawSession::open(&server.mcp_url(), V_NEW).await;
     let mut bobs = Sse::new(bob.get(None).await);
@@ -297,7 +297,7 @@ async fn bad_last_event_ids_and_sessions_get_the_documented_errors() {
 
 #[tokio::test]
 async fn expired_events_get_410_and_idle_sessions_expire_to_404() {
-    let (_dir, server) = server(&["--event-max-age", "300ms", "--session-ttl", "1500ms"]);
+    let (_dir, server) = server(&["--event-max-age", "300ms", "--session-ttl", "1500ms"]).await;
     let session = RawSession::open(&server.mcp_url(), V_NEW).await;
     let mut stream = Sse::new(session.get(None).await);
     let priming = stream.next(IO_TIMEOUT).await.unwrap().id.unwrap();
@@ -335,7 +335,7 @@ async fn expired_events_get_410_and_idle_sessions_expire_to_404() {
 
 #[tokio::test]
 async fn an_open_stream_keeps_its_session_alive() {
-    let (_dir, server) = server(&["--session-ttl", "1s"]);
+    let (_dir, server) = server(&["--session-ttl", "1s"]).await;
     let session = RawSession::open(&server.mcp_url(), V_NEW).await;
     let mut stream = Sse::new(session.get(None).await);
     stream.next(IO_TIMEOUT).await.expect("priming");
@@ -353,7 +353,7 @@ async fn an_open_stream_keeps_its_session_alive() {
 
 #[tokio::test]
 async fn priming_events_reach_only_2025_11_25_clients() {
-    let (_dir, server) = server(&["--time-scale", "0.01"]);
+    let (_dir, server) = server(&["--time-scale", "0.01"]).await;
     let new = RawSession::open(&server.mcp_url(), V_NEW).await;
     let response = new
         .post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
@@ -414,7 +414,7 @@ async fn priming_events_reach_only_2025_11_25_clients() {
 
 #[tokio::test]
 async fn the_python_sdk_discover_probe_gets_a_quick_answer() {
-    let (_dir, server) = server(&[]);
+    let (_dir, server) = server(&[]).await;
     let http = reqwest::Client::new();
     let response = within(
         Duration::from_secs(5),
@@ -441,7 +441,7 @@ async fn the_python_sdk_discover_probe_gets_a_quick_answer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_kill_the_session_streams_and_the_interrupted_call_all_resume() {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = Server::start(dir.path(), &["--time-scale", "0.05"]);
+    let mut server = Server::start(dir.path(), &["--time-scale", "0.05"]).await;
     let session = RawSession::open(&server.mcp_url(), V_NEW).await;
     let mut standalone = Sse::new(session.get(None).await);
     let mut common = vec![standalone.next(IO_TIMEOUT).await.unwrap()];
@@ -460,14 +460,14 @@ async fn after_a_kill_the_session_streams_and_the_interrupted_call_all_resume() 
         })
         .await;
     common.push(standalone.next(IO_TIMEOUT).await.unwrap());
-    server.kill9();
+    server.kill9().await;
     // Events already in flight still arrive; then the call's connection ends with the server
     // (`next` fails the test if it does not).
     while let Some(event) = post.next(IO_TIMEOUT).await {
         call_events.push(event);
     }
     drop((post, standalone));
-    server.restart();
+    server.restart().await;
 
     // (a) The session still works, without initializing again.
     let stats = session

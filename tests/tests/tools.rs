@@ -16,9 +16,9 @@ use serde_json::{Value, json};
 const FAST: &[&str] = &["--time-scale", "0.001"];
 const TASK_LIMIT: Duration = Duration::from_secs(60);
 
-fn server(extra: &[&str]) -> (tempfile::TempDir, Server) {
+async fn server(extra: &[&str]) -> (tempfile::TempDir, Server) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let server = Server::start(dir.path(), extra);
+    let server = Server::start(dir.path(), extra).await;
     (dir, server)
 }
 
@@ -28,7 +28,7 @@ fn task_id(started: &Value) -> String {
 
 #[tokio::test]
 async fn every_tool_is_listed_with_a_described_bounded_schema() {
-    let (_dir, server) = server(FAST);
+    let (_dir, server) = server(FAST).await;
     let client = Client::connect(&server.mcp_url(), None).await;
     let tools = within(IO_TIMEOUT, "tools/list", client.service.list_all_tools())
         .await
@@ -108,7 +108,7 @@ async fn every_tool_is_listed_with_a_described_bounded_schema() {
 
 #[tokio::test]
 async fn each_background_kind_returns_its_link_at_once_and_completes() {
-    let (_dir, server) = server(FAST);
+    let (_dir, server) = server(FAST).await;
     let client = Client::connect(&server.mcp_url(), Some("kind-runner")).await;
 
     let result = client
@@ -179,7 +179,7 @@ async fn each_background_kind_returns_its_link_at_once_and_completes() {
 
 #[tokio::test]
 async fn resumable_processing_streams_progress_and_a_repeat_call_attaches() {
-    let (_dir, server) = server(&["--time-scale", "0.02"]);
+    let (_dir, server) = server(&["--time-scale", "0.02"]).await;
     let client = Client::connect(&server.mcp_url(), None).await;
     let args = json!({"dataset_name": "sales", "total_records": 50, "batch_size": 10, "client_id": "proc-client"});
     let result = client.call("resumable_data_processing", args.clone()).await;
@@ -217,7 +217,7 @@ async fn resumable_processing_streams_progress_and_a_repeat_call_attaches() {
 
 #[tokio::test]
 async fn resources_show_tasks_and_subscribers_hear_of_every_change() {
-    let (_dir, server) = server(&["--time-scale", "0.01"]);
+    let (_dir, server) = server(&["--time-scale", "0.01"]).await;
     let client = Client::connect(&server.mcp_url(), Some("watcher")).await;
     // 0.2 s per step: every step comes after the subscriptions below, however slow they are.
     let started = client
@@ -296,7 +296,7 @@ async fn resources_show_tasks_and_subscribers_hear_of_every_change() {
 
 #[tokio::test]
 async fn bad_input_gets_specific_errors_and_the_session_keeps_working() {
-    let (dir, server) = server(FAST);
+    let (dir, server) = server(FAST).await;
     let client = Client::connect(&server.mcp_url(), None).await;
     let cases = [
         (
@@ -489,7 +489,7 @@ async fn bad_input_gets_specific_errors_and_the_session_keeps_working() {
 
 #[tokio::test]
 async fn client_ids_scope_session_task_lists() {
-    let (_dir, server) = server(FAST);
+    let (_dir, server) = server(FAST).await;
     let alice = Client::connect(&server.mcp_url(), Some("alice")).await;
     let bob = Client::connect(&server.mcp_url(), Some("bob")).await;
     let anonymous = Client::connect(&server.mcp_url(), None).await;
@@ -528,7 +528,7 @@ async fn client_ids_scope_session_task_lists() {
 
 #[tokio::test]
 async fn a_foreign_origin_is_refused_and_loopback_origins_pass() {
-    let (_dir, server) = server(FAST);
+    let (_dir, server) = server(FAST).await;
     let http = reqwest::Client::new();
     let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}});
@@ -552,7 +552,7 @@ async fn a_foreign_origin_is_refused_and_loopback_origins_pass() {
 
 #[tokio::test]
 async fn the_task_report_prompt_carries_the_task_state() {
-    let (_dir, server) = server(FAST);
+    let (_dir, server) = server(FAST).await;
     let client = Client::connect(&server.mcp_url(), None).await;
     let prompts = within(
         IO_TIMEOUT,
