@@ -29,6 +29,11 @@ pub enum McpError {
     StaleEventId(String),
     /// A JSON-RPC error answer.
     Rpc(String),
+    /// A tool error (`isError`), with the argument it is about when the server names one.
+    Tool {
+        message: String,
+        field: Option<String>,
+    },
     /// The network or the server is unreachable.
     Network(String),
 }
@@ -37,9 +42,10 @@ impl std::fmt::Display for McpError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             McpError::SessionLost => f.write_str("session expired; reconnecting"),
-            McpError::StaleEventId(why) | McpError::Rpc(why) | McpError::Network(why) => {
-                f.write_str(why)
-            }
+            McpError::StaleEventId(why)
+            | McpError::Rpc(why)
+            | McpError::Network(why)
+            | McpError::Tool { message: why, .. } => f.write_str(why),
         }
     }
 }
@@ -347,7 +353,7 @@ impl Mcp {
         }
     }
 
-    /// Calls a tool; a tool error (`isError`) comes back as `Err(Rpc(text))`.
+    /// Calls a tool; a tool error (`isError`) comes back as `Err(Tool {..})`.
     pub async fn call_tool(&self, name: &str, arguments: Value) -> Result<Value, McpError> {
         let result = self
             .request("tools/call", json!({"name": name, "arguments": arguments}))
@@ -356,7 +362,12 @@ impl Mcp {
             let text = result["content"][0]["text"]
                 .as_str()
                 .unwrap_or("tool failed");
-            return Err(McpError::Rpc(text.to_owned()));
+            return Err(McpError::Tool {
+                message: text.to_owned(),
+                field: result["structuredContent"]["field"]
+                    .as_str()
+                    .map(str::to_owned),
+            });
         }
         Ok(result)
     }

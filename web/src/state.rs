@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use durable_shared::form::FormField;
 use durable_shared::{TaskInfo, TaskStatus};
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -65,6 +66,14 @@ pub struct TimelineEntry {
     pub message: String,
 }
 
+/// A kind the server starts in the background: its `start_{kind}` tool and the tool's form.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StartKind {
+    pub tool: String,
+    pub title: String,
+    pub fields: Vec<FormField>,
+}
+
 /// All reactive state, cheap to copy into closures.
 #[derive(Clone, Copy)]
 pub struct Dashboard {
@@ -72,6 +81,8 @@ pub struct Dashboard {
     pub tasks: RwSignal<BTreeMap<String, TaskInfo>>,
     pub timelines: RwSignal<HashMap<String, Vec<TimelineEntry>>>,
     pub selected: RwSignal<Option<String>>,
+    /// The start forms, read from the server's `tools/list`.
+    pub kinds: RwSignal<Vec<StartKind>>,
     /// A message for the banner (failed action, lost connection...).
     pub notice: RwSignal<Option<String>>,
 }
@@ -88,6 +99,7 @@ impl Dashboard {
             tasks: RwSignal::new(BTreeMap::new()),
             timelines: RwSignal::new(saved),
             selected: RwSignal::new(None),
+            kinds: RwSignal::new(Vec::new()),
             notice: RwSignal::new(None),
         }
     }

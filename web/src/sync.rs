@@ -5,15 +5,16 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
-use durable_shared::EventId;
-use durable_shared::TaskStatus;
+use durable_shared::form::fields;
+use durable_shared::kinds::kind_of_start_tool;
+use durable_shared::{EventId, TaskStatus};
 use durable_shared::{TASK_META_KEY, TaskInfo, TaskList, list_uri, status_uri};
 use leptos::prelude::*;
 use serde_json::{Value, json};
 use wasm_bindgen_futures::JsFuture;
 
 use crate::mcp::{Mcp, McpError, SseReader};
-use crate::state::{Conn, Dashboard};
+use crate::state::{Conn, Dashboard, StartKind};
 
 /// How long without events ends "replaying" after a reconnect.
 const REPLAY_QUIET_MS: i32 = 300;
@@ -47,8 +48,33 @@ pub async fn subscribe(mcp: &Mcp, uri: &str) -> Result<(), McpError> {
         .map(|_| ())
 }
 
+/// Reads the start forms from the tools the server lists: one per `start_{kind}` tool, its
+/// fields from the tool's input schema.
+async fn read_kinds(mcp: &Mcp, dash: Dashboard) -> Result<(), McpError> {
+    let listed = mcp.request("tools/list", json!({})).await?;
+    let kinds: Vec<StartKind> = listed["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|tool| {
+            let name = tool["name"].as_str()?;
+            kind_of_start_tool(name)?;
+            Some(StartKind {
+                tool: name.to_owned(),
+                title: tool["title"].as_str().unwrap_or(name).to_owned(),
+                fields: fields(tool["inputSchema"].as_object()?, &[]),
+            })
+        })
+        .collect();
+    dash.kinds.set(kinds);
+    Ok(())
+}
+
 /// Reads every task and subscribes to what can still change.
 async fn resync(mcp: &Mcp, dash: Dashboard) -> Result<(), McpError> {
+    if dash.kinds.with_untracked(Vec::is_empty) {
+        read_kinds(mcp, dash).await?;
+    }
     // New tasks always start as pending: this subscription announces each one.
     subscribe(mcp, &list_uri(Some(TaskStatus::Pending))).await?;
     let result = mcp

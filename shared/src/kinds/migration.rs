@@ -13,10 +13,12 @@ pub const MAX_RECORDS: u64 = 10_000_000;
 pub struct MigrationParams {
     /// Where records come from: a `.jsonl`/`.ndjson` or `.csv` file relative to the server's data
     /// directory, or a built-in generator: `sample:customers` or `sample:orders`.
-    #[schemars(title = "Source", example = &"sample:customers")]
+    #[serde(default = "default_source")]
+    #[schemars(title = "Source")]
     pub source_path: String,
     /// JSONL file to write, relative to the server's data directory (created or overwritten).
-    #[schemars(title = "Destination (JSONL)", example = &"out/customers.jsonl")]
+    #[serde(default = "default_destination")]
+    #[schemars(title = "Destination (JSONL)")]
     pub destination_path: String,
     /// How many records to copy, from the start of the source.
     #[serde(default = "default_record_count")]
@@ -24,6 +26,12 @@ pub struct MigrationParams {
     pub record_count: u64,
 }
 
+fn default_source() -> String {
+    "sample:customers".into()
+}
+fn default_destination() -> String {
+    "out/customers.jsonl".into()
+}
 fn default_record_count() -> u64 {
     1000
 }
