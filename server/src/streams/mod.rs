@@ -8,8 +8,6 @@
 //! events after the given id and then tails the stream from the store, woken by each append. A
 //! request's stream ends after its final response; the standalone stream never ends on its own.
 
-pub mod layer;
-
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;

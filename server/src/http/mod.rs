@@ -1,5 +1,13 @@
 //! The HTTP front: MCP Streamable HTTP at `/mcp`, the dashboard at `/`, and the wiring of store,
 //! engine and MCP service under one cancellation token.
+//!
+//! The middleware in front of `/mcp` lives beside it: `resume` (resumable streams, session
+//! checks) and `task_requests` (the 2025-11-25 task requests renamed for rmcp), each with its
+//! decisions as plain functions; `origin` matches browser origins.
+
+mod origin;
+mod resume;
+mod task_requests;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,13 +32,11 @@ use tower_http::trace::TraceLayer;
 use crate::config::ServeArgs;
 use crate::engine::{Engine, EngineConfig, Env};
 use crate::kinds;
-use crate::mcp::{
-    AdaptState, CLIENT_ID_HEADER, DurableServer, TaskTtl, adapt_task_requests, legacy_capability,
-    relay,
-};
+use crate::mcp::{CLIENT_ID_HEADER, DurableServer, TaskTtl, legacy_capability, relay};
 use crate::store::Store;
 use crate::streams::StreamStore;
-use crate::streams::layer::{self, ResumeState};
+use resume::ResumeState;
+use task_requests::AdaptState;
 
 /// Browser origins always accepted: pages served from this machine (the dashboard itself, or
 /// `trunk serve` during development).
@@ -194,7 +200,6 @@ fn router(
     let resume = ResumeState {
         streams,
         sse_retry: args.sse_retry,
-        origin_allowed,
         origins: Arc::new(origins.clone()),
         added_capabilities: Arc::new(
             [("tasks".to_owned(), legacy_capability())]
@@ -210,11 +215,11 @@ fn router(
                 streams: resume.streams.clone(),
                 max_body_bytes: args.max_body_bytes,
             },
-            adapt_task_requests,
+            task_requests::adapt_task_requests,
         ))
         .route_layer(axum::middleware::from_fn_with_state(
             resume,
-            layer::resumable,
+            resume::resumable,
         ))
         .route("/healthz", get(|| async { "ok" }))
         .fallback_service(dashboard(args))
@@ -228,11 +233,9 @@ fn cors(origins: &[String]) -> CorsLayer {
     let patterns: Vec<String> = origins.to_vec();
     CorsLayer::new()
         .allow_origin(AllowOrigin::predicate(move |origin: &HeaderValue, _| {
-            origin.to_str().is_ok_and(|origin| {
-                patterns
-                    .iter()
-                    .any(|pattern| origin_matches(pattern, origin))
-            })
+            origin
+                .to_str()
+                .is_ok_and(|origin| origin::allowed(&patterns, origin))
         }))
         .allow_methods([Method::GET, Method::POST, Method::DELETE])
         .allow_headers([
@@ -246,25 +249,6 @@ fn cors(origins: &[String]) -> CorsLayer {
             HeaderName::from_static(CLIENT_ID_HEADER),
         ])
         .expose_headers([HeaderName::from_static("mcp-session-id")])
-}
-
-fn origin_allowed(patterns: &[String], origin: &str) -> bool {
-    patterns
-        .iter()
-        .any(|pattern| origin_matches(pattern, origin))
-}
-
-/// `pattern` is an origin, optionally with `:*` for any port.
-fn origin_matches(pattern: &str, origin: &str) -> bool {
-    match pattern.strip_suffix(":*") {
-        Some(prefix) => origin.strip_prefix(prefix).is_some_and(|rest| {
-            rest.is_empty()
-                || rest
-                    .strip_prefix(':')
-                    .is_some_and(|port| port.parse::<u16>().is_ok())
-        }),
-        None => pattern == origin,
-    }
 }
 
 /// The built dashboard with single-page-app fallback, or a page saying how to build it.
@@ -285,34 +269,4 @@ fn dashboard(args: &ServeArgs) -> Router {
         dir.display()
     );
     Router::new().fallback(get(move || async move { Html(page) }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::origin_matches;
-
-    #[test]
-    fn port_wildcards_match_only_ports() {
-        assert!(origin_matches(
-            "http://localhost:*",
-            "http://localhost:8081"
-        ));
-        assert!(origin_matches("http://localhost:*", "http://localhost"));
-        assert!(!origin_matches(
-            "http://localhost:*",
-            "http://localhost.evil.com"
-        ));
-        assert!(!origin_matches(
-            "http://localhost:*",
-            "http://localhost:80x"
-        ));
-        assert!(origin_matches(
-            "https://ops.example.com",
-            "https://ops.example.com"
-        ));
-        assert!(!origin_matches(
-            "https://ops.example.com",
-            "https://ops.example.com:444"
-        ));
-    }
 }

@@ -25,8 +25,9 @@ use durable_shared::sse::SseEvent;
 use futures::StreamExt;
 use serde_json::json;
 
-use super::{EventId, OpenStream, StreamStore, negotiated, wants_priming};
+use super::origin;
 use crate::store::NewEvent;
+use crate::streams::{EventId, OpenStream, StreamStore, negotiated, wants_priming};
 
 const SESSION_HEADER: &str = "mcp-session-id";
 const LAST_EVENT_ID_HEADER: &str = "last-event-id";
@@ -37,8 +38,7 @@ pub struct ResumeState {
     pub streams: StreamStore,
     /// The `retry:` hint of priming events.
     pub sse_retry: Duration,
-    /// Whether a browser `Origin` is allowed (rmcp answers foreign ones with 403 itself).
-    pub origin_allowed: fn(&[String], &str) -> bool,
+    /// The allowed browser origins (rmcp answers foreign ones with 403 itself).
     pub origins: std::sync::Arc<Vec<String>>,
     /// Capabilities added to the initialize answers of sessions on 2025-11-25 or later: the MCP
     /// layer's that rmcp does not model (the Tasks utility's `tasks`).
@@ -67,7 +67,7 @@ pub async fn resumable(State(state): State<ResumeState>, request: Request, next:
     let method = request.method().clone();
     let last_event_id = header_str(&request, LAST_EVENT_ID_HEADER).map(str::to_owned);
     let origin_ok = header_str(&request, header::ORIGIN.as_str())
-        .is_none_or(|origin| (state.origin_allowed)(&state.origins, origin));
+        .is_none_or(|origin| origin::allowed(&state.origins, origin));
 
     let mut version = None;
     if let Some(session) = &session {
