@@ -3,8 +3,11 @@
 //!
 //! The middleware in front of `/mcp` lives beside it: `resume` (resumable streams, session
 //! checks) and `task_requests` (the 2025-11-25 task requests renamed for rmcp), each with its
-//! decisions as plain functions; `origin` matches browser origins.
+//! decisions as plain functions; `origin` matches browser origins. The body limit is
+//! tower-http's, answered as `body_limit` says, and every error the HTTP layer answers itself
+//! is a `rejection`.
 
+mod body_limit;
 mod origin;
 mod resume;
 mod task_requests;
@@ -15,17 +18,20 @@ use std::time::Duration;
 
 use anyhow::Context;
 use axum::Router;
-use axum::http::{HeaderName, HeaderValue, Method, header};
-use axum::response::Html;
+use axum::http::{HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::middleware::from_fn_with_state;
+use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::serve::ListenerExt;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{
     SessionManager, StreamableHttpServerConfig, StreamableHttpService,
 };
+use serde_json::json;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::services::{ServeDir, ServeFile};
 use tower_http::trace::TraceLayer;
 
@@ -36,7 +42,6 @@ use crate::mcp::{CLIENT_ID_HEADER, DurableServer, TaskTtl, legacy_capability, re
 use crate::store::Store;
 use crate::streams::StreamStore;
 use resume::ResumeState;
-use task_requests::AdaptState;
 
 /// Browser origins always accepted: pages served from this machine (the dashboard itself, or
 /// `trunk serve` during development).
@@ -174,6 +179,7 @@ fn router(
         .with_allowed_hosts(hosts)
         .with_allowed_origins(origins.clone())
         .enforce_origin_validation()
+        // rmcp's own cap, kept equal so that it never refuses what the body limit lets through.
         .with_max_request_body_bytes(args.max_body_bytes)
         .with_sse_retry(Some(args.sse_retry))
         .with_sse_keep_alive(Some(args.sse_keep_alive))
@@ -208,23 +214,38 @@ fn router(
         ),
     };
 
-    Router::new()
-        .route_service("/mcp", mcp)
-        .route_layer(axum::middleware::from_fn_with_state(
-            AdaptState {
-                streams: resume.streams.clone(),
-                max_body_bytes: args.max_body_bytes,
-            },
-            task_requests::adapt_task_requests,
-        ))
-        .route_layer(axum::middleware::from_fn_with_state(
-            resume,
-            resume::resumable,
-        ))
-        .route("/healthz", get(|| async { "ok" }))
-        .fallback_service(dashboard(args))
-        .layer(cors(&origins))
-        .layer(TraceLayer::new_for_http())
+    guarded(
+        Router::new().route_service("/mcp", mcp),
+        resume,
+        args.max_body_bytes,
+    )
+    .route("/healthz", get(|| async { "ok" }))
+    .fallback_service(dashboard(args))
+    .layer(cors(&origins))
+    .layer(TraceLayer::new_for_http())
+}
+
+/// `mcp`'s routes behind the middleware, outermost first: resumable streams, the answer to a
+/// body over the limit, the limit itself, the task-request adaptation (which reads the body).
+fn guarded(mcp: Router, resume: ResumeState, max_body_bytes: usize) -> Router {
+    mcp.route_layer(from_fn_with_state(
+        resume.streams.clone(),
+        task_requests::adapt_task_requests,
+    ))
+    .route_layer(RequestBodyLimitLayer::new(max_body_bytes))
+    .route_layer(from_fn_with_state(max_body_bytes, body_limit::too_large))
+    .route_layer(from_fn_with_state(resume, resume::resumable))
+}
+
+/// An error the HTTP layer answers itself, before or instead of rmcp: `status` with a JSON-RPC
+/// error body (id null, invalid request) whose message says what to do.
+fn rejection(status: StatusCode, message: String) -> Response {
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {"code": -32600, "message": message},
+    });
+    (status, axum::Json(body)).into_response()
 }
 
 /// CORS for browser clients on other allowed origins (same-origin pages need none). Exposes
@@ -269,4 +290,109 @@ fn dashboard(args: &ServeArgs) -> Router {
         dir.display()
     );
     Router::new().fallback(get(move || async move { Html(page) }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::poll_fn;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use axum::body::{Body, Bytes};
+    use axum::extract::Request;
+    use axum::routing::post;
+    use futures::StreamExt;
+    use serde_json::Value;
+    use tower::Service;
+
+    use super::*;
+    use crate::mcp::PRIVATE_LIST_TOOLS;
+
+    const LIMIT: usize = 64;
+
+    /// `guarded` in front of a `/mcp` that echoes the body it receives.
+    fn echo(streams: StreamStore) -> Router {
+        let resume = ResumeState {
+            streams,
+            sse_retry: Duration::from_millis(500),
+            origins: Arc::new(Vec::new()),
+            added_capabilities: Arc::default(),
+        };
+        let mcp = Router::new().route("/mcp", post(|body: Bytes| async move { body }));
+        guarded(mcp, resume, LIMIT)
+    }
+
+    async fn send(app: &mut Router, body: Body, length: Option<usize>) -> (StatusCode, Bytes) {
+        let mut request = Request::post("/mcp");
+        if let Some(length) = length {
+            request = request.header(header::CONTENT_LENGTH, length);
+        }
+        poll_fn(|cx| Service::<Request>::poll_ready(app, cx))
+            .await
+            .unwrap();
+        let response = app.call(request.body(body).unwrap()).await.unwrap();
+        let status = response.status();
+        (
+            status,
+            axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .unwrap(),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_limit_gets_a_json_rpc_413_with_or_without_its_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("t.db")).unwrap();
+        let mut app = echo(StreamStore::new(store, CancellationToken::new()));
+
+        let small = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+        let (status, body) = send(&mut app, Body::from(small), Some(small.len())).await;
+        assert_eq!((status, &body[..]), (StatusCode::OK, small.as_bytes()));
+
+        let renamed = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+        let (status, body) = send(&mut app, Body::from(renamed), None).await;
+        assert_eq!(status, StatusCode::OK);
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["method"], PRIVATE_LIST_TOOLS);
+
+        // Refused before or while it is read, a body is still read to its end, so that a
+        // client writing all of it before reading the answer gets that answer.
+        for (case, length) in [("declared length", Some(4 * LIMIT)), ("no length", None)] {
+            let read = Arc::new(AtomicUsize::new(0));
+            let counted = read.clone();
+            let chunks = futures::stream::iter(0..8).map(move |_| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, std::io::Error>(Bytes::from(vec![b'x'; LIMIT / 2]))
+            });
+            let (status, body) = send(&mut app, Body::from_stream(chunks), length).await;
+            assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{case}");
+            let body: Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(body["error"]["code"], -32600, "{case}: {body}");
+            assert_eq!(
+                body["error"]["message"],
+                format!("request body exceeds {LIMIT} bytes"),
+                "{case}"
+            );
+            assert_eq!(
+                read.load(Ordering::SeqCst),
+                8,
+                "{case}: body not read to its end"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_rejection_is_a_json_rpc_error_with_its_status() {
+        let response = rejection(StatusCode::GONE, "gone: start over".into());
+        assert_eq!(response.status(), StatusCode::GONE);
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            body,
+            json!({"jsonrpc": "2.0", "id": null,
+                   "error": {"code": -32600, "message": "gone: start over"}})
+        );
+    }
 }

@@ -11,7 +11,10 @@
 //!   `GET` stream's priming event gets a stored id, so even a quiet stream can be resumed.
 //! - The initialize answer of a 2025-11-25 session gets the capabilities the MCP layer adds
 //!   (the Tasks utility's `tasks`, see `mcp::tasks`).
+//! - A session `DELETE` that rmcp answers with 202 is answered with 204.
 //! - Sessions with requests or open streams are kept alive for the expiry sweep.
+//!
+//! Each decision is a plain function of what the request and the store say, tested below.
 
 use std::time::Duration;
 
@@ -19,14 +22,15 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use bytes::{Bytes, BytesMut};
+use durable_shared::MalformedEventId;
 use durable_shared::sse::SseEvent;
 use futures::StreamExt;
-use serde_json::json;
+use serde_json::{Map, Value};
 
-use super::origin;
-use crate::store::NewEvent;
+use super::{origin, rejection};
+use crate::store::{NewEvent, StoreError};
 use crate::streams::{EventId, OpenStream, StreamStore, negotiated, wants_priming};
 
 const SESSION_HEADER: &str = "mcp-session-id";
@@ -42,7 +46,7 @@ pub struct ResumeState {
     pub origins: std::sync::Arc<Vec<String>>,
     /// Capabilities added to the initialize answers of sessions on 2025-11-25 or later: the MCP
     /// layer's that rmcp does not model (the Tasks utility's `tasks`).
-    pub added_capabilities: std::sync::Arc<serde_json::Map<String, serde_json::Value>>,
+    pub added_capabilities: std::sync::Arc<Map<String, Value>>,
 }
 
 fn header_str<'a>(request: &'a Request, name: &str) -> Option<&'a str> {
@@ -50,16 +54,6 @@ fn header_str<'a>(request: &'a Request, name: &str) -> Option<&'a str> {
         .headers()
         .get(name)
         .and_then(|value| value.to_str().ok())
-}
-
-/// A 4xx with a JSON-RPC error body.
-fn refuse(status: StatusCode, message: String) -> Response {
-    let body = json!({
-        "jsonrpc": "2.0",
-        "id": null,
-        "error": {"code": -32600, "message": message},
-    });
-    (status, axum::Json(body)).into_response()
 }
 
 pub async fn resumable(State(state): State<ResumeState>, request: Request, next: Next) -> Response {
@@ -80,28 +74,21 @@ pub async fn resumable(State(state): State<ResumeState>, request: Request, next:
         && origin_ok
         && let Some(last_event_id) = &last_event_id
     {
-        let Some(session) = &session else {
-            return refuse(
-                StatusCode::BAD_REQUEST,
-                "resuming a stream needs the Mcp-Session-Id header of the session it belongs to"
-                    .into(),
-            );
+        let caller = match (&session, version) {
+            (None, _) => Caller::Anonymous,
+            (Some(_), None) => Caller::Unknown,
+            (Some(session), Some(_)) => Caller::Known(session),
         };
-        // An unknown session is rmcp's to answer (404: initialize again).
-        if version.is_some()
-            && let Err(response) = check_resume(&state.streams, session, last_event_id).await
+        if let Resume::Refuse(status, message) =
+            check_resume(&state.streams, caller, last_event_id).await
         {
-            return response;
+            return rejection(status, message);
         }
     }
 
     let fresh_get = method == Method::GET && last_event_id.is_none();
     let mut response = next.run(request).await;
-    if method == Method::DELETE && response.status() == StatusCode::ACCEPTED {
-        // rmcp answers a session DELETE with 202; the session is gone at once, and clients
-        // (the Python SDK among them) expect a plain success.
-        *response.status_mut() = StatusCode::NO_CONTENT;
-    }
+    *response.status_mut() = answered_status(&method, response.status());
     let is_sse = response
         .headers()
         .get(header::CONTENT_TYPE)
@@ -109,12 +96,7 @@ pub async fn resumable(State(state): State<ResumeState>, request: Request, next:
     if !is_sse || !response.status().is_success() {
         return response;
     }
-    let priming = match version {
-        Some(version) if wants_priming(version) => Priming::Keep,
-        Some(_) => Priming::Drop,
-        // No session yet: an initialize answer, whose result names the version.
-        None => Priming::Decide,
-    };
+    let priming = priming_for(version);
     let rewriter = Rewriter {
         streams: state.streams.clone(),
         buffer: BytesMut::new(),
@@ -153,30 +135,103 @@ pub async fn resumable(State(state): State<ResumeState>, request: Request, next:
     Response::from_parts(parts, Body::from_stream(stream))
 }
 
-/// Checks a `Last-Event-ID` against the caller's session.
-async fn check_resume(
+/// What the store holds of the stream `last_event_id` names, and the verdict on it.
+async fn check_resume(streams: &StreamStore, caller: Caller<'_>, last_event_id: &str) -> Resume {
+    let id = last_event_id.parse::<EventId>();
+    let stream = match (caller, &id) {
+        (Caller::Known(_), Ok(id)) => match stored_stream(streams, id).await {
+            Ok(stream) => stream,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot check Last-Event-ID");
+                return Resume::Refuse(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal storage error".into(),
+                );
+            }
+        },
+        _ => None,
+    };
+    let verdict = resume_verdict(caller, id.as_ref(), stream.as_ref());
+    if let (Resume::Refuse(StatusCode::FORBIDDEN, _), Caller::Known(session)) = (&verdict, caller) {
+        tracing::warn!(session, "Last-Event-ID of another session refused");
+    }
+    verdict
+}
+
+async fn stored_stream(
     streams: &StreamStore,
-    session: &str,
-    last_event_id: &str,
-) -> Result<(), Response> {
+    id: &EventId,
+) -> Result<Option<StoredStream>, StoreError> {
     let store = streams.store();
-    let id: EventId = last_event_id
-        .parse()
-        .map_err(|e: durable_shared::MalformedEventId| {
-            refuse(
+    let Some(info) = store.stream_info(&id.token).await? else {
+        return Ok(None);
+    };
+    Ok(Some(StoredStream {
+        owner: info.session_id,
+        next_seq: info.next_seq,
+        event_kept: store.event_exists(&id.token, id.seq).await?,
+    }))
+}
+
+/// The session a resuming request names.
+#[derive(Debug, Clone, Copy)]
+enum Caller<'a> {
+    /// No `Mcp-Session-Id` header.
+    Anonymous,
+    /// A session this server does not know (never initialized here, or expired).
+    Unknown,
+    Known(&'a str),
+}
+
+/// What the store holds of the stream a `Last-Event-ID` names.
+#[derive(Debug)]
+struct StoredStream {
+    /// The session that received the stream; `None` until that is known.
+    owner: Option<String>,
+    /// The seq the stream's next event will get.
+    next_seq: u64,
+    /// Whether the event the id names is still stored (events expire).
+    event_kept: bool,
+}
+
+#[derive(Debug, PartialEq)]
+enum Resume {
+    /// rmcp serves the request.
+    Pass,
+    /// Answered here, with a JSON-RPC error saying what to do.
+    Refuse(StatusCode, String),
+}
+
+/// What a `GET` with `Last-Event-ID` gets, given the caller's session, the parsed id and what
+/// the store holds of its stream (`None`: no such stream).
+fn resume_verdict(
+    caller: Caller<'_>,
+    id: Result<&EventId, &MalformedEventId>,
+    stream: Option<&StoredStream>,
+) -> Resume {
+    let session = match caller {
+        Caller::Anonymous => {
+            return Resume::Refuse(
+                StatusCode::BAD_REQUEST,
+                "resuming a stream needs the Mcp-Session-Id header of the session it belongs to"
+                    .into(),
+            );
+        }
+        // rmcp answers it with 404, which tells the client to initialize again.
+        Caller::Unknown => return Resume::Pass,
+        Caller::Known(session) => session,
+    };
+    let id = match id {
+        Ok(id) => id,
+        Err(e) => {
+            return Resume::Refuse(
                 StatusCode::BAD_REQUEST,
                 format!("{e}. Reconnect without Last-Event-ID and re-read the state you need."),
-            )
-        })?;
-    let internal = |e: crate::store::StoreError| {
-        tracing::error!(error = %e, "cannot check Last-Event-ID");
-        refuse(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal storage error".into(),
-        )
+            );
+        }
     };
     let unknown = || {
-        refuse(
+        Resume::Refuse(
             StatusCode::BAD_REQUEST,
             format!(
                 "Last-Event-ID {id} was never sent on this session's streams. Reconnect without \
@@ -184,42 +239,45 @@ async fn check_resume(
             ),
         )
     };
-    let stream = store
-        .stream_info(&id.token)
-        .await
-        .map_err(internal)?
-        .ok_or_else(unknown)?;
-    match stream.session_id.as_deref() {
+    let Some(stream) = stream else {
+        return unknown();
+    };
+    match stream.owner.as_deref() {
         Some(owner) if owner == session => {}
         Some(_) => {
-            tracing::warn!(session, "Last-Event-ID of another session refused");
-            return Err(refuse(
+            return Resume::Refuse(
                 StatusCode::FORBIDDEN,
                 format!(
                     "Last-Event-ID {id} belongs to another session's stream. Resume only with ids \
                      this session received, or reconnect without Last-Event-ID."
                 ),
-            ));
+            );
         }
-        None => return Err(unknown()),
+        None => return unknown(),
     }
     if id.seq >= stream.next_seq {
-        return Err(unknown());
+        return unknown();
     }
-    if !store
-        .event_exists(&id.token, id.seq)
-        .await
-        .map_err(internal)?
-    {
-        return Err(refuse(
+    if !stream.event_kept {
+        return Resume::Refuse(
             StatusCode::GONE,
             format!(
                 "the events after Last-Event-ID {id} have expired. Reconnect without Last-Event-ID \
                  and re-read task://list (or the resources you follow) to catch up."
             ),
-        ));
+        );
     }
-    Ok(())
+    Resume::Pass
+}
+
+/// The status the client gets for rmcp's `status`: rmcp answers a session DELETE with 202, but
+/// the session is gone at once, and clients (the Python SDK among them) expect a plain success.
+fn answered_status(method: &Method, status: StatusCode) -> StatusCode {
+    if method == Method::DELETE && status == StatusCode::ACCEPTED {
+        StatusCode::NO_CONTENT
+    } else {
+        status
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -228,6 +286,58 @@ enum Priming {
     Drop,
     /// Hold the first priming event until the initialize result shows the version.
     Decide,
+}
+
+/// What becomes of the priming events of a session on `version` (`None`: no session yet, so
+/// the stream carries the initialize answer, whose result names the version).
+fn priming_for(version: Option<&str>) -> Priming {
+    match version {
+        Some(version) if wants_priming(version) => Priming::Keep,
+        Some(_) => Priming::Drop,
+        None => Priming::Decide,
+    }
+}
+
+/// What an initialize answer decides.
+#[derive(Debug, PartialEq)]
+struct InitializeAnswer {
+    /// The negotiated version gets priming events: the held one goes out before the answer.
+    priming: bool,
+    /// The answer with the added capabilities, when it gets them (2025-11-25 or later).
+    rewritten: Option<String>,
+}
+
+/// Reads the initialize answer `data`: its version decides priming, and on 2025-11-25 or later
+/// its capabilities get `added` (those rmcp does not model).
+fn initialize_answer(data: &str, added: &Map<String, Value>) -> InitializeAnswer {
+    let Ok(mut answer) = serde_json::from_str::<Value>(data) else {
+        return InitializeAnswer {
+            priming: false,
+            rewritten: None,
+        };
+    };
+    let priming = answer
+        .pointer("/result/protocolVersion")
+        .and_then(Value::as_str)
+        .map(negotiated)
+        .is_some_and(wants_priming);
+    let mut rewritten = None;
+    if priming
+        && !added.is_empty()
+        && let Some(capabilities) = answer
+            .pointer_mut("/result/capabilities")
+            .and_then(Value::as_object_mut)
+    {
+        capabilities.extend(added.clone());
+        rewritten = Some(answer.to_string());
+    }
+    InitializeAnswer { priming, rewritten }
+}
+
+/// Takes the first complete SSE event (through its blank line) off `buffer`.
+fn take_event(buffer: &mut BytesMut) -> Option<Bytes> {
+    let end = buffer.windows(2).position(|w| w == b"\n\n")?;
+    Some(buffer.split_to(end + 2).freeze())
 }
 
 /// Rewrites an SSE body event by event (a chunk may hold several events or part of one).
@@ -241,7 +351,7 @@ struct Rewriter {
     /// Give the standalone stream's first priming event a stored id on this session's stream.
     stamp_priming: Option<String>,
     sse_retry: Duration,
-    added_capabilities: std::sync::Arc<serde_json::Map<String, serde_json::Value>>,
+    added_capabilities: std::sync::Arc<Map<String, Value>>,
     _open: Option<OpenStream>,
 }
 
@@ -264,8 +374,7 @@ impl Rewriter {
     async fn feed(&mut self, chunk: &[u8]) -> Bytes {
         self.buffer.extend_from_slice(chunk);
         let mut out = BytesMut::new();
-        while let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
-            let event = self.buffer.split_to(end + 2).freeze();
+        while let Some(event) = take_event(&mut self.buffer) {
             if let Some(kept) = self.event(event).await {
                 out.extend_from_slice(&kept);
             }
@@ -294,27 +403,13 @@ impl Rewriter {
             if self.priming != Priming::Decide {
                 return Some(event);
             }
-            // The initialize answer: it names the version, and on 2025-11-25 or later it gets
-            // the capabilities rmcp does not model.
-            let mut answer = serde_json::from_str::<serde_json::Value>(&parsed.data).ok();
-            let version = answer
-                .as_ref()
-                .and_then(|answer| answer["result"]["protocolVersion"].as_str())
-                .map(negotiated);
-            let event = match &mut answer {
-                Some(answer)
-                    if version.is_some_and(wants_priming)
-                        && !self.added_capabilities.is_empty() =>
-                {
-                    if let Some(capabilities) = answer["result"]["capabilities"].as_object_mut() {
-                        capabilities.extend(self.added_capabilities.as_ref().clone());
-                    }
-                    with_data(&text, &answer.to_string())
-                }
-                _ => event,
+            let answer = initialize_answer(&parsed.data, &self.added_capabilities);
+            let event = match answer.rewritten {
+                Some(data) => with_data(&text, &data),
+                None => event,
             };
             return Some(match self.held.take() {
-                Some(held) if version.is_some_and(wants_priming) => [held, event].concat().into(),
+                Some(held) if answer.priming => [held, event].concat().into(),
                 _ => event,
             });
         }
@@ -356,5 +451,250 @@ impl Rewriter {
                 None
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+    fn stream(owner: Option<&str>, next_seq: u64, event_kept: bool) -> StoredStream {
+        StoredStream {
+            owner: owner.map(str::to_owned),
+            next_seq,
+            event_kept,
+        }
+    }
+
+    fn status_of(verdict: &Resume) -> Option<StatusCode> {
+        match verdict {
+            Resume::Pass => None,
+            Resume::Refuse(status, _) => Some(*status),
+        }
+    }
+
+    #[test]
+    fn resume_verdicts() {
+        let id: EventId = format!("{TOKEN}.3").parse().unwrap();
+        let malformed = "3".parse::<EventId>().unwrap_err();
+        let mine = Caller::Known("s1");
+        let cases = [
+            (
+                "no session header",
+                Caller::Anonymous,
+                Ok(&id),
+                None,
+                Some(StatusCode::BAD_REQUEST),
+            ),
+            (
+                "unknown session: rmcp's 404",
+                Caller::Unknown,
+                Ok(&id),
+                None,
+                None,
+            ),
+            (
+                "malformed id",
+                mine,
+                Err(&malformed),
+                None,
+                Some(StatusCode::BAD_REQUEST),
+            ),
+            (
+                "no such stream",
+                mine,
+                Ok(&id),
+                None,
+                Some(StatusCode::BAD_REQUEST),
+            ),
+            (
+                "another session's stream",
+                mine,
+                Ok(&id),
+                Some(stream(Some("s2"), 9, true)),
+                Some(StatusCode::FORBIDDEN),
+            ),
+            (
+                "stream of no known session",
+                mine,
+                Ok(&id),
+                Some(stream(None, 9, true)),
+                Some(StatusCode::BAD_REQUEST),
+            ),
+            (
+                "id never sent",
+                mine,
+                Ok(&id),
+                Some(stream(Some("s1"), 3, false)),
+                Some(StatusCode::BAD_REQUEST),
+            ),
+            (
+                "expired events",
+                mine,
+                Ok(&id),
+                Some(stream(Some("s1"), 9, false)),
+                Some(StatusCode::GONE),
+            ),
+            (
+                "the last id sent",
+                mine,
+                Ok(&id),
+                Some(stream(Some("s1"), 4, true)),
+                None,
+            ),
+            (
+                "an earlier id",
+                mine,
+                Ok(&id),
+                Some(stream(Some("s1"), 9, true)),
+                None,
+            ),
+        ];
+        for (case, caller, id, stream, expected) in cases {
+            let verdict = resume_verdict(caller, id, stream.as_ref());
+            assert_eq!(status_of(&verdict), expected, "{case}: {verdict:?}");
+        }
+    }
+
+    #[test]
+    fn refusals_say_what_to_do() {
+        let id: EventId = format!("{TOKEN}.3").parse().unwrap();
+        let Resume::Refuse(_, gone) = resume_verdict(
+            Caller::Known("s1"),
+            Ok(&id),
+            Some(&stream(Some("s1"), 9, false)),
+        ) else {
+            panic!("expired events passed");
+        };
+        assert!(
+            gone.contains(&id.to_string()) && gone.contains("task://list"),
+            "{gone}"
+        );
+        let malformed = "x.1".parse::<EventId>().unwrap_err();
+        let Resume::Refuse(_, bad) = resume_verdict(Caller::Known("s1"), Err(&malformed), None)
+        else {
+            panic!("a malformed id passed");
+        };
+        assert!(bad.contains("Reconnect without Last-Event-ID"), "{bad}");
+    }
+
+    #[test]
+    fn only_a_session_delete_answered_202_becomes_204() {
+        let cases = [
+            (Method::DELETE, StatusCode::ACCEPTED, StatusCode::NO_CONTENT),
+            (Method::DELETE, StatusCode::NOT_FOUND, StatusCode::NOT_FOUND),
+            (Method::POST, StatusCode::ACCEPTED, StatusCode::ACCEPTED),
+            (Method::GET, StatusCode::OK, StatusCode::OK),
+        ];
+        for (method, rmcp, expected) in cases {
+            assert_eq!(answered_status(&method, rmcp), expected, "{method} {rmcp}");
+        }
+    }
+
+    #[test]
+    fn priming_follows_the_session_version() {
+        assert_eq!(priming_for(Some("2025-11-25")), Priming::Keep);
+        assert_eq!(priming_for(Some("2025-06-18")), Priming::Drop);
+        assert_eq!(priming_for(Some("2025-03-26")), Priming::Drop);
+        assert_eq!(priming_for(None), Priming::Decide);
+    }
+
+    fn added() -> Map<String, Value> {
+        [("tasks".to_owned(), json!({"list": {}}))]
+            .into_iter()
+            .collect()
+    }
+
+    fn answer(version: &str) -> String {
+        json!({"jsonrpc": "2.0", "id": 0, "result": {
+            "protocolVersion": version,
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "durable-mcp", "version": "0"},
+        }})
+        .to_string()
+    }
+
+    #[test]
+    fn a_2025_11_25_initialize_answer_keeps_priming_and_gets_the_added_capabilities() {
+        let decided = initialize_answer(&answer("2025-11-25"), &added());
+        assert!(decided.priming);
+        let rewritten: Value = serde_json::from_str(&decided.rewritten.unwrap()).unwrap();
+        assert_eq!(
+            rewritten["result"]["capabilities"],
+            json!({"tools": {}, "tasks": {"list": {}}})
+        );
+        assert_eq!(rewritten["result"]["serverInfo"]["name"], "durable-mcp");
+        assert_eq!(rewritten["id"], 0);
+    }
+
+    #[test]
+    fn other_initialize_answers_are_left_alone() {
+        let unchanged = |priming| InitializeAnswer {
+            priming,
+            rewritten: None,
+        };
+        let cases = [
+            (
+                "older version",
+                answer("2025-06-18"),
+                added(),
+                unchanged(false),
+            ),
+            (
+                "nothing to add",
+                answer("2025-11-25"),
+                Map::new(),
+                unchanged(true),
+            ),
+            (
+                "an error",
+                json!({"jsonrpc": "2.0", "id": 0, "error": {"code": -32602, "message": "no"}})
+                    .to_string(),
+                added(),
+                unchanged(false),
+            ),
+            (
+                "no capabilities",
+                json!({"jsonrpc": "2.0", "id": 0, "result": {"protocolVersion": "2025-11-25"}})
+                    .to_string(),
+                added(),
+                unchanged(true),
+            ),
+            ("not JSON", "{".to_owned(), added(), unchanged(false)),
+            ("not an object", "[1]".to_owned(), added(), unchanged(false)),
+        ];
+        for (case, data, added, expected) in cases {
+            assert_eq!(initialize_answer(&data, &added), expected, "{case}");
+        }
+    }
+
+    #[test]
+    fn events_are_taken_whole_across_chunks() {
+        let mut buffer = BytesMut::from("id: a.1\ndata: {\"x\"");
+        assert_eq!(take_event(&mut buffer), None);
+        buffer.extend_from_slice(b":1}\n\n: keep-alive\n\nid: a.2\n");
+        assert_eq!(
+            take_event(&mut buffer).as_deref(),
+            Some(&b"id: a.1\ndata: {\"x\":1}\n\n"[..])
+        );
+        assert_eq!(
+            take_event(&mut buffer).as_deref(),
+            Some(&b": keep-alive\n\n"[..])
+        );
+        assert_eq!(take_event(&mut buffer), None);
+        assert_eq!(&buffer[..], b"id: a.2\n");
+    }
+
+    #[test]
+    fn with_data_replaces_only_the_data() {
+        let event = with_data(
+            "id: a.1\nretry: 500\ndata: old\ndata: more\n\n",
+            "{\"new\":1}",
+        );
+        assert_eq!(&event[..], b"id: a.1\nretry: 500\ndata: {\"new\":1}\n\n");
     }
 }
