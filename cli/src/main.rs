@@ -65,7 +65,7 @@ async fn main() -> anyhow::Result<ExitCode> {
 
     let shutdown = CancellationToken::new();
     tokio::spawn(signal_shutdown(shutdown.clone()));
-    durable_mcp_server::http::run(args.config(), listener, shutdown).await?;
+    durable_mcp_server::http::run(args.into_config(), listener, shutdown).await?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -97,23 +97,23 @@ pub struct ServeArgs {
 
 impl ServeArgs {
     /// The server's settings; the address is bound by `main`.
-    pub fn config(&self) -> Config {
+    pub fn into_config(self) -> Config {
         Config {
-            db: self.db.clone(),
-            data_dir: self.data_dir.clone(),
-            time_scale: self.time_scale.clone(),
-            retention: self.retention.clone(),
-            retention_interval: self.retention_interval.clone(),
-            max_running_tasks: self.max_running_tasks.clone(),
-            session_ttl: self.session_ttl.clone(),
-            event_max_age: self.event_max_age.clone(),
-            sse_retry: self.sse_retry.clone(),
-            sse_keep_alive: self.sse_keep_alive.clone(),
-            allowed_origins: self.allowed_origins.clone(),
-            allowed_hosts: self.allowed_hosts.clone(),
-            max_body_bytes: self.max_body_bytes.clone(),
-            dashboard_dir: self.dashboard_dir.clone(),
-            shutdown_grace: self.shutdown_grace.clone(),
+            db: self.db,
+            data_dir: self.data_dir,
+            time_scale: self.time_scale,
+            retention: self.retention,
+            retention_interval: self.retention_interval,
+            max_running_tasks: self.max_running_tasks,
+            session_ttl: self.session_ttl,
+            event_max_age: self.event_max_age,
+            sse_retry: self.sse_retry,
+            sse_keep_alive: self.sse_keep_alive,
+            allowed_origins: self.allowed_origins,
+            allowed_hosts: self.allowed_hosts,
+            max_body_bytes: self.max_body_bytes,
+            dashboard_dir: self.dashboard_dir,
+            shutdown_grace: self.shutdown_grace,
         }
     }
 }

@@ -84,10 +84,10 @@ async fn percent(browser: &Browser, task_id: &str) -> f64 {
 }
 
 /// Starts a task from the form of `tool` with `fields`, and returns the new task's id.
-async fn start(browser: &Browser, tab: usize, tool: &str, fields: &[(&str, &str)]) -> String {
+async fn start(browser: &Browser, tool: &str, fields: &[(&str, &str)]) -> String {
     let before: BTreeSet<String> = rows(browser).await.into_iter().map(|(id, _)| id).collect();
     browser
-        .click(&format!(".kinds button:nth-child({tab})"))
+        .click(&format!(".kinds button[data-tool={tool}]"))
         .await;
     for (name, value) in fields {
         browser.fill(&format!("#{tool}-{name}"), value).await;
@@ -174,16 +174,9 @@ async fn the_dashboard_runs_steers_and_survives_a_reload() {
     assert_eq!(browser.text("[data-test=client-id]").await, client_id);
 
     // Each kind shows live progress to completion.
-    let migration = start(
-        &browser,
-        1,
-        "start_data_migration",
-        &[("record_count", "500")],
-    )
-    .await;
+    let migration = start(&browser, "start_data_migration", &[("record_count", "500")]).await;
     let batch = start(
         &browser,
-        2,
         "start_batch_processing",
         &[
             ("batch_size", "10"),
@@ -194,7 +187,6 @@ async fn the_dashboard_runs_steers_and_survives_a_reload() {
     .await;
     let training = start(
         &browser,
-        3,
         "start_ml_training",
         &[("dataset_size", "500"), ("epochs", "30")],
     )
@@ -227,7 +219,6 @@ async fn the_dashboard_runs_steers_and_survives_a_reload() {
     // Reload in the middle of a task: same client and session, timeline without gaps.
     let long = start(
         &browser,
-        2,
         "start_batch_processing",
         &[
             ("batch_size", "1"),
@@ -279,7 +270,6 @@ async fn the_dashboard_runs_steers_and_survives_a_reload() {
     // Pause, resume, cancel.
     let steered = start(
         &browser,
-        3,
         "start_ml_training",
         &[("dataset_size", "100"), ("epochs", "1000")],
     )
@@ -308,7 +298,9 @@ async fn the_dashboard_runs_steers_and_survives_a_reload() {
     wait_status(&browser, &steered, "cancelled").await;
 
     // A bad value shows the server's message next to its field.
-    browser.click(".kinds button:nth-child(2)").await;
+    browser
+        .click(".kinds button[data-tool=start_batch_processing]")
+        .await;
     browser
         .fill("#start_batch_processing-batch_size", "0")
         .await;
@@ -345,7 +337,6 @@ async fn the_dashboard_runs_steers_and_survives_a_reload() {
     assert_ne!(second_session, session, "each tab has its own session");
     let from_second = start(
         &browser,
-        2,
         "start_batch_processing",
         &[
             ("batch_size", "5"),
@@ -394,7 +385,6 @@ async fn the_dashboard_recovers_from_a_cut_network_and_a_killed_server() {
 
     let task = start(
         &browser,
-        2,
         "start_batch_processing",
         &[
             ("batch_size", "1"),

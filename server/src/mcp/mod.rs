@@ -39,7 +39,9 @@ use crate::engine::Engine;
 use crate::streams::{PROTOCOL_VERSIONS, StreamStore};
 
 pub use durable_shared::CLIENT_ID_HEADER;
-pub use tasks::{AdaptState, TaskTtl, adapt_task_requests, legacy_capability};
+pub use tasks::{
+    PRIVATE_CALL, PRIVATE_CANCEL, PRIVATE_GET, PRIVATE_LIST_TOOLS, TaskTtl, legacy_capability,
+};
 
 /// Everything one MCP session needs. Cloned per request by rmcp; the clones share state.
 #[derive(Clone)]

@@ -16,8 +16,8 @@ use rmcp::model::ServerResult;
 use super::as_sent;
 use super::tools::processing_outcome;
 use crate::engine::{Engine, EngineError};
-use crate::store::{CallBinding, NewEvent, StoreError};
 use crate::streams::{BINDING_META_KEY, StreamStore};
+use crate::streams::{CallBinding, NewEvent, StoreError};
 
 /// Starts a relay for every call left unanswered by a previous process.
 pub async fn resume_orphaned_calls(engine: Engine, streams: StreamStore) {

@@ -9,9 +9,9 @@
 //!   `tasks/list` and `tasks/cancel`; `notifications/tasks/status`. rmcp 3.11 no longer models
 //!   this shape: its parser drops the `task` field of `tools/call`, refuses `tasks/get` and
 //!   `tasks/cancel` from clients without the extension, and its `Tool` has no `execution`. So
-//!   [`adapt_task_requests`] renames those requests (and `tools/list`) to server-private
-//!   methods that [`DurableServer::private_request`] answers in this shape, and the initialize
-//!   answer gets the `tasks` capability on its way out (see `streams::layer`).
+//!   the HTTP layer (`http::task_requests`) renames those requests (and `tools/list`) to
+//!   server-private methods that [`DurableServer::private_request`] answers in this shape, and
+//!   the initialize answer gets the `tasks` capability on its way out (see `http::resume`).
 //! - The `io.modelcontextprotocol/tasks` extension (SEP-2663) for clients that declare it:
 //!   the server decides to answer a task-capable tool with `CallToolResponse::Task`, and rmcp
 //!   dispatches `tasks/get`, `tasks/update` and `tasks/cancel` to the `ServerHandler` methods.
@@ -26,11 +26,6 @@
 
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::http::{Method, StatusCode};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, SecondsFormat, Utc};
 use std::sync::Arc;
 
@@ -39,8 +34,8 @@ use durable_shared::kinds::{DATA_PROCESSING, ParamError, parse_params, task_tool
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CreateTaskResult, CustomNotification, DetailedTask,
-    ErrorCode, JsonObject, ProtocolVersion, RequestMetaObject, ServerNotification, ServerResult,
-    Task as McpTask, TaskPayload, TaskStatus as McpStatus, TaskStatusNotificationParams, Tool,
+    ErrorCode, JsonObject, ProtocolVersion, ServerNotification, ServerResult, Task as McpTask,
+    TaskPayload, TaskStatus as McpStatus, TaskStatusNotificationParams, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
@@ -51,7 +46,7 @@ use super::error::{ApiError, cannot_cancel};
 use super::tools::{ProcessingToolParams, failure, final_outcome, to_params};
 use super::{DurableServer, as_sent};
 use crate::engine::{EngineError, KindInfo, TaskHandle};
-use crate::streams::{StreamStore, negotiated};
+use crate::streams::negotiated;
 
 /// `_meta` key tying a message to its task (2025-11-25).
 const RELATED_TASK_META_KEY: &str = "io.modelcontextprotocol/related-task";
@@ -140,84 +135,12 @@ fn speaks_legacy_tasks(requested_version: &str) -> bool {
     negotiated(requested_version) >= ProtocolVersion::V_2025_11_25.as_str()
 }
 
-/// Server-private methods the 2025-11-25 task requests are renamed to.
-const PRIVATE_CALL: &str = "durable-mcp/tasks/call";
-const PRIVATE_GET: &str = "durable-mcp/tasks/get";
-const PRIVATE_CANCEL: &str = "durable-mcp/tasks/cancel";
-const PRIVATE_LIST_TOOLS: &str = "durable-mcp/tools/list";
-
-/// What [`adapt_task_requests`] needs.
-#[derive(Clone)]
-pub struct AdaptState {
-    pub streams: StreamStore,
-    pub max_body_bytes: usize,
-}
-
-/// Renames the `POST /mcp` requests rmcp 3.11 would mishandle to server-private methods with
-/// the same id and params (see the module comment): `tools/list`, a `tools/call` with a `task`
-/// field, and `tasks/get` and `tasks/cancel` from clients that did not declare the extension.
-/// Every other body is passed on byte for byte.
-pub async fn adapt_task_requests(
-    State(state): State<AdaptState>,
-    request: Request,
-    next: Next,
-) -> Response {
-    if request.method() != Method::POST {
-        return next.run(request).await;
-    }
-    let (parts, body) = request.into_parts();
-    let limit = state.max_body_bytes;
-    let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
-        let body = json!({
-            "jsonrpc": "2.0",
-            "id": null,
-            "error": {"code": -32600, "message": format!("request body exceeds {limit} bytes")},
-        });
-        return (StatusCode::PAYLOAD_TOO_LARGE, axum::Json(body)).into_response();
-    };
-    let mentions = |needle: &[u8]| bytes.windows(needle.len()).any(|window| window == needle);
-    let mut body = Body::from(bytes.clone());
-    if (mentions(b"tools/") || mentions(b"tasks/"))
-        && let Ok(mut message) = serde_json::from_slice::<Value>(&bytes)
-    {
-        let session = parts
-            .headers
-            .get("mcp-session-id")
-            .and_then(|value| value.to_str().ok());
-        let declared = match session {
-            Some(session) => state
-                .streams
-                .session_profile(session)
-                .await
-                .is_some_and(|profile| profile.tasks_extension),
-            None => false,
-        } || declares_extension_per_request(&message);
-        if let Some(private) = private_method(&message, declared) {
-            message["method"] = json!(private);
-            body = Body::from(message.to_string());
-        }
-    }
-    next.run(Request::from_parts(parts, body)).await
-}
-
-fn private_method(message: &Value, tasks_extension: bool) -> Option<&'static str> {
-    match message["method"].as_str()? {
-        "tools/list" => Some(PRIVATE_LIST_TOOLS),
-        "tools/call" if message["params"].get("task").is_some() => Some(PRIVATE_CALL),
-        "tasks/get" if !tasks_extension => Some(PRIVATE_GET),
-        "tasks/cancel" if !tasks_extension => Some(PRIVATE_CANCEL),
-        _ => None,
-    }
-}
-
-/// Whether a request declares the extension in its own `_meta` client capabilities, as rmcp
-/// reads them.
-fn declares_extension_per_request(message: &Value) -> bool {
-    serde_json::from_value::<RequestMetaObject>(message["params"]["_meta"].clone())
-        .ok()
-        .and_then(|meta| meta.client_capabilities())
-        .is_some_and(|capabilities| capabilities.supports_tasks())
-}
+/// Server-private methods the 2025-11-25 task requests are renamed to (by the HTTP layer's
+/// `task_requests` middleware), answered by `DurableServer::private_request`.
+pub const PRIVATE_CALL: &str = "durable-mcp/tasks/call";
+pub const PRIVATE_GET: &str = "durable-mcp/tasks/get";
+pub const PRIVATE_CANCEL: &str = "durable-mcp/tasks/cancel";
+pub const PRIVATE_LIST_TOOLS: &str = "durable-mcp/tools/list";
 
 fn declares_extension(ctx: &RequestContext<RoleServer>) -> bool {
     ctx.client_capabilities()
@@ -555,7 +478,7 @@ impl DurableServer {
     }
 
     /// Answers the methods rmcp does not know: the 2025-11-25 `tasks/list` and `tasks/result`,
-    /// and the private methods [`adapt_task_requests`] renamed requests to.
+    /// and the private methods the HTTP layer renamed requests to.
     pub(super) async fn private_request(
         &self,
         method: &str,

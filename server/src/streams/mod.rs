@@ -8,8 +8,6 @@
 //! events after the given id and then tails the stream from the store, woken by each append. A
 //! request's stream ends after its final response; the standalone stream never ends on its own.
 
-pub mod layer;
-
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -28,8 +26,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use durable_shared::EventId;
 
-pub use crate::store::CallBinding;
-use crate::store::{NewEvent, Store, StoreError, StoredEvent};
+pub use crate::store::{CallBinding, NewEvent, StoreError, StreamInfo};
+use crate::store::{Store, StoredEvent};
 
 /// Key in a progress notification's `_meta` naming the call binding it belongs to: how the store
 /// learns which stream a durable tool call answers on.
@@ -97,8 +95,27 @@ impl StreamStore {
         }
     }
 
-    pub fn store(&self) -> &Store {
-        &self.inner.store
+    /// What the store knows of the stream with `token`.
+    pub async fn stream_info(&self, token: &str) -> Result<Option<StreamInfo>, StoreError> {
+        self.inner.store.stream_info(token).await
+    }
+
+    /// Whether event `seq` of stream `token` is still stored.
+    pub async fn event_exists(&self, token: &str, seq: u64) -> Result<bool, StoreError> {
+        self.inner.store.event_exists(token, seq).await
+    }
+
+    /// Records which session received the stream with `token` (once; later calls change
+    /// nothing and answer `false`).
+    pub async fn bind_stream_session(
+        &self,
+        token: &str,
+        session_id: &str,
+    ) -> Result<bool, StoreError> {
+        self.inner
+            .store
+            .bind_stream_session(token, session_id)
+            .await
     }
 
     /// This process's id in call bindings.

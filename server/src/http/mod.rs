@@ -1,5 +1,16 @@
 //! The HTTP front: MCP Streamable HTTP at `/mcp`, the dashboard at `/`, and the wiring of store,
 //! engine and MCP service under one cancellation token.
+//!
+//! The middleware in front of `/mcp` lives beside it: `resume` (resumable streams, session
+//! checks) and `task_requests` (the 2025-11-25 task requests renamed for rmcp), each with its
+//! decisions as plain functions; `origin` matches browser origins. The body limit is
+//! tower-http's, answered as `body_limit` says, and every error the HTTP layer answers itself
+//! is an [`ApiError`](crate::mcp::error::ApiError) turned into a response.
+
+mod body_limit;
+mod origin;
+mod resume;
+mod task_requests;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -8,6 +19,7 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::Router;
 use axum::http::{HeaderName, HeaderValue, Method, header};
+use axum::middleware::from_fn_with_state;
 use axum::response::Html;
 use axum::routing::get;
 use axum::serve::ListenerExt;
@@ -18,19 +30,17 @@ use rmcp::transport::streamable_http_server::{
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::services::{ServeDir, ServeFile};
 use tower_http::trace::TraceLayer;
 
 use crate::config::Config;
 use crate::engine::{Engine, EngineConfig, Env};
 use crate::kinds;
-use crate::mcp::{
-    AdaptState, CLIENT_ID_HEADER, DurableServer, Shared, TaskTtl, adapt_task_requests,
-    legacy_capability, relay,
-};
+use crate::mcp::{CLIENT_ID_HEADER, DurableServer, Shared, TaskTtl, legacy_capability, relay};
 use crate::store::Store;
 use crate::streams::StreamStore;
-use crate::streams::layer::{self, ResumeState};
+use resume::ResumeState;
 
 /// Browser origins always accepted: pages served from this machine (the dashboard itself, or
 /// `trunk serve` during development).
@@ -168,6 +178,7 @@ fn router(
         .with_allowed_hosts(hosts)
         .with_allowed_origins(origins.clone())
         .enforce_origin_validation()
+        // rmcp's own cap, kept equal so that it never refuses what the body limit lets through.
         .with_max_request_body_bytes(args.max_body_bytes)
         .with_sse_retry(Some(args.sse_retry))
         .with_sse_keep_alive(Some(args.sse_keep_alive))
@@ -186,7 +197,6 @@ fn router(
     let resume = ResumeState {
         streams,
         sse_retry: args.sse_retry,
-        origin_allowed,
         origins: Arc::new(origins.clone()),
         added_capabilities: Arc::new(
             [("tasks".to_owned(), legacy_capability())]
@@ -195,23 +205,27 @@ fn router(
         ),
     };
 
-    Router::new()
-        .route_service("/mcp", mcp)
-        .route_layer(axum::middleware::from_fn_with_state(
-            AdaptState {
-                streams: resume.streams.clone(),
-                max_body_bytes: args.max_body_bytes,
-            },
-            adapt_task_requests,
-        ))
-        .route_layer(axum::middleware::from_fn_with_state(
-            resume,
-            layer::resumable,
-        ))
-        .route("/healthz", get(|| async { "ok" }))
-        .fallback_service(dashboard(args))
-        .layer(cors(&origins))
-        .layer(TraceLayer::new_for_http())
+    guarded(
+        Router::new().route_service("/mcp", mcp),
+        resume,
+        args.max_body_bytes,
+    )
+    .route("/healthz", get(|| async { "ok" }))
+    .fallback_service(dashboard(args))
+    .layer(cors(&origins))
+    .layer(TraceLayer::new_for_http())
+}
+
+/// `mcp`'s routes behind the middleware, outermost first: resumable streams, the answer to a
+/// body over the limit, the limit itself, the task-request adaptation (which reads the body).
+fn guarded(mcp: Router, resume: ResumeState, max_body_bytes: usize) -> Router {
+    mcp.route_layer(from_fn_with_state(
+        resume.streams.clone(),
+        task_requests::adapt_task_requests,
+    ))
+    .route_layer(RequestBodyLimitLayer::new(max_body_bytes))
+    .route_layer(from_fn_with_state(max_body_bytes, body_limit::too_large))
+    .route_layer(from_fn_with_state(resume, resume::resumable))
 }
 
 /// CORS for browser clients on other allowed origins (same-origin pages need none). Exposes
@@ -220,11 +234,9 @@ fn cors(origins: &[String]) -> CorsLayer {
     let patterns: Vec<String> = origins.to_vec();
     CorsLayer::new()
         .allow_origin(AllowOrigin::predicate(move |origin: &HeaderValue, _| {
-            origin.to_str().is_ok_and(|origin| {
-                patterns
-                    .iter()
-                    .any(|pattern| origin_matches(pattern, origin))
-            })
+            origin
+                .to_str()
+                .is_ok_and(|origin| origin::allowed(&patterns, origin))
         }))
         .allow_methods([Method::GET, Method::POST, Method::DELETE])
         .allow_headers([
@@ -238,25 +250,6 @@ fn cors(origins: &[String]) -> CorsLayer {
             HeaderName::from_static(CLIENT_ID_HEADER),
         ])
         .expose_headers([HeaderName::from_static("mcp-session-id")])
-}
-
-fn origin_allowed(patterns: &[String], origin: &str) -> bool {
-    patterns
-        .iter()
-        .any(|pattern| origin_matches(pattern, origin))
-}
-
-/// `pattern` is an origin, optionally with `:*` for any port.
-fn origin_matches(pattern: &str, origin: &str) -> bool {
-    match pattern.strip_suffix(":*") {
-        Some(prefix) => origin.strip_prefix(prefix).is_some_and(|rest| {
-            rest.is_empty()
-                || rest
-                    .strip_prefix(':')
-                    .is_some_and(|port| port.parse::<u16>().is_ok())
-        }),
-        None => pattern == origin,
-    }
 }
 
 /// The built dashboard with single-page-app fallback, or a page saying how to build it.
@@ -281,30 +274,113 @@ fn dashboard(args: &Config) -> Router {
 
 #[cfg(test)]
 mod tests {
-    use super::origin_matches;
+    use std::future::poll_fn;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
-    #[test]
-    fn port_wildcards_match_only_ports() {
-        assert!(origin_matches(
-            "http://localhost:*",
-            "http://localhost:8081"
-        ));
-        assert!(origin_matches("http://localhost:*", "http://localhost"));
-        assert!(!origin_matches(
-            "http://localhost:*",
-            "http://localhost.evil.com"
-        ));
-        assert!(!origin_matches(
-            "http://localhost:*",
-            "http://localhost:80x"
-        ));
-        assert!(origin_matches(
-            "https://ops.example.com",
-            "https://ops.example.com"
-        ));
-        assert!(!origin_matches(
-            "https://ops.example.com",
-            "https://ops.example.com:444"
-        ));
+    use axum::body::{Body, Bytes};
+    use axum::extract::Request;
+    use axum::http::StatusCode;
+    use axum::response::IntoResponse;
+    use axum::routing::post;
+    use futures::StreamExt;
+    use serde_json::Value;
+    use serde_json::json;
+    use tower::Service;
+
+    use super::*;
+    use crate::mcp::PRIVATE_LIST_TOOLS;
+    use crate::mcp::error::ApiError;
+
+    const LIMIT: usize = 64;
+
+    /// `guarded` in front of a `/mcp` that echoes the body it receives.
+    fn echo(streams: StreamStore) -> Router {
+        let resume = ResumeState {
+            streams,
+            sse_retry: Duration::from_millis(500),
+            origins: Arc::new(Vec::new()),
+            added_capabilities: Arc::default(),
+        };
+        let mcp = Router::new().route("/mcp", post(|body: Bytes| async move { body }));
+        guarded(mcp, resume, LIMIT)
+    }
+
+    async fn send(app: &mut Router, body: Body, length: Option<usize>) -> (StatusCode, Bytes) {
+        let mut request = Request::post("/mcp");
+        if let Some(length) = length {
+            request = request.header(header::CONTENT_LENGTH, length);
+        }
+        poll_fn(|cx| Service::<Request>::poll_ready(app, cx))
+            .await
+            .unwrap();
+        let response = app.call(request.body(body).unwrap()).await.unwrap();
+        let status = response.status();
+        (
+            status,
+            axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .unwrap(),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_limit_gets_a_json_rpc_413_with_or_without_its_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("t.db")).unwrap();
+        let mut app = echo(StreamStore::new(store, CancellationToken::new()));
+
+        let small = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+        let (status, body) = send(&mut app, Body::from(small), Some(small.len())).await;
+        assert_eq!((status, &body[..]), (StatusCode::OK, small.as_bytes()));
+
+        let renamed = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+        let (status, body) = send(&mut app, Body::from(renamed), None).await;
+        assert_eq!(status, StatusCode::OK);
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["method"], PRIVATE_LIST_TOOLS);
+
+        // Refused before or while it is read, a body is still read to its end, so that a
+        // client writing all of it before reading the answer gets that answer.
+        for (case, length) in [("declared length", Some(4 * LIMIT)), ("no length", None)] {
+            let read = Arc::new(AtomicUsize::new(0));
+            let counted = read.clone();
+            let chunks = futures::stream::iter(0..8).map(move |_| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, std::io::Error>(Bytes::from(vec![b'x'; LIMIT / 2]))
+            });
+            let (status, body) = send(&mut app, Body::from_stream(chunks), length).await;
+            assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{case}");
+            let body: Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(body["error"]["code"], -32600, "{case}: {body}");
+            assert_eq!(
+                body["error"]["message"],
+                format!("request body exceeds {LIMIT} bytes"),
+                "{case}"
+            );
+            assert_eq!(
+                read.load(Ordering::SeqCst),
+                8,
+                "{case}: body not read to its end"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_rejection_is_a_json_rpc_error_with_its_status() {
+        let response = ApiError::Http {
+            status: StatusCode::GONE,
+            message: "gone: start over".into(),
+        }
+        .into_response();
+        assert_eq!(response.status(), StatusCode::GONE);
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            body,
+            json!({"jsonrpc": "2.0", "id": null,
+                   "error": {"code": -32600, "message": "gone: start over"}})
+        );
     }
 }

@@ -1,0 +1,696 @@
+//! The HTTP middleware in front of rmcp's `/mcp` service that makes its streams resumable the
+//! way this server promises:
+//!
+//! - A `GET` with `Last-Event-ID` is checked before rmcp sees it: a malformed id gets 400, an
+//!   unknown one 400, one of another session's stream 403, one whose events have expired 410,
+//!   each with a JSON-RPC error body saying what to do. (rmcp itself would answer 200 with an
+//!   empty stream, which makes clients reconnect forever, and does not check the session.)
+//! - The first event id of every `POST` stream tells which session received that stream, stored
+//!   before the id reaches the client, so a later resume can be checked against it.
+//! - Priming events (empty data) reach only sessions on 2025-11-25 or later; the standalone
+//!   `GET` stream's priming event gets a stored id, so even a quiet stream can be resumed.
+//! - The initialize answer of a 2025-11-25 session gets the capabilities the MCP layer adds
+//!   (the Tasks utility's `tasks`, see `mcp::tasks`).
+//! - A session `DELETE` that rmcp answers with 202 is answered with 204.
+//! - Sessions with requests or open streams are kept alive for the expiry sweep.
+//!
+//! Each decision is a plain function of what the request and the store say, tested below.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use bytes::{Bytes, BytesMut};
+use durable_shared::MalformedEventId;
+use durable_shared::sse::SseEvent;
+use futures::StreamExt;
+use serde_json::{Map, Value};
+
+use super::origin;
+use crate::mcp::error::ApiError;
+use crate::streams::{EventId, OpenStream, StreamStore, negotiated, wants_priming};
+use crate::streams::{NewEvent, StoreError};
+
+const SESSION_HEADER: &str = "mcp-session-id";
+const LAST_EVENT_ID_HEADER: &str = "last-event-id";
+
+/// What the middleware needs.
+#[derive(Clone)]
+pub struct ResumeState {
+    pub streams: StreamStore,
+    /// The `retry:` hint of priming events.
+    pub sse_retry: Duration,
+    /// The allowed browser origins (rmcp answers foreign ones with 403 itself).
+    pub origins: std::sync::Arc<Vec<String>>,
+    /// Capabilities added to the initialize answers of sessions on 2025-11-25 or later: the MCP
+    /// layer's that rmcp does not model (the Tasks utility's `tasks`).
+    pub added_capabilities: std::sync::Arc<Map<String, Value>>,
+}
+
+fn header_str<'a>(request: &'a Request, name: &str) -> Option<&'a str> {
+    request
+        .headers()
+        .get(name)
+        .and_then(|value| value.to_str().ok())
+}
+
+pub async fn resumable(State(state): State<ResumeState>, request: Request, next: Next) -> Response {
+    let session = header_str(&request, SESSION_HEADER).map(str::to_owned);
+    let method = request.method().clone();
+    let last_event_id = header_str(&request, LAST_EVENT_ID_HEADER).map(str::to_owned);
+    let origin_ok = header_str(&request, header::ORIGIN.as_str())
+        .is_none_or(|origin| origin::allowed(&state.origins, origin));
+
+    let mut version = None;
+    if let Some(session) = &session {
+        version = state.streams.session_version(session).await;
+        if version.is_some() {
+            state.streams.saw(session);
+        }
+    }
+    if method == Method::GET
+        && origin_ok
+        && let Some(last_event_id) = &last_event_id
+    {
+        let caller = match (&session, version) {
+            (None, _) => Caller::Anonymous,
+            (Some(_), None) => Caller::Unknown,
+            (Some(session), Some(_)) => Caller::Known(session),
+        };
+        if let Resume::Refuse(status, message) =
+            check_resume(&state.streams, caller, last_event_id).await
+        {
+            return ApiError::Http { status, message }.into_response();
+        }
+    }
+
+    let fresh_get = method == Method::GET && last_event_id.is_none();
+    let mut response = next.run(request).await;
+    *response.status_mut() = answered_status(&method, response.status());
+    let is_sse = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|value| value.as_bytes().starts_with(b"text/event-stream"));
+    if !is_sse || !response.status().is_success() {
+        return response;
+    }
+    let priming = priming_for(version);
+    let rewriter = Rewriter {
+        streams: state.streams.clone(),
+        buffer: BytesMut::new(),
+        priming,
+        held: None,
+        bind_session: session
+            .clone()
+            .filter(|_| method == Method::POST && version.is_some()),
+        stamp_priming: match (&session, fresh_get) {
+            (Some(session), true) if priming == Priming::Keep => Some(session.clone()),
+            _ => None,
+        },
+        sse_retry: state.sse_retry,
+        added_capabilities: state.added_capabilities.clone(),
+        _open: session
+            .filter(|_| version.is_some())
+            .map(|session| state.streams.open_stream(&session)),
+    };
+    let (parts, body) = response.into_parts();
+    let frames = body.into_data_stream();
+    let stream = futures::stream::unfold(
+        (frames, rewriter),
+        |(mut frames, mut rewriter)| async move {
+            loop {
+                let chunk = match frames.next().await? {
+                    Ok(chunk) => chunk,
+                    Err(e) => return Some((Err(e), (frames, rewriter))),
+                };
+                let out = rewriter.feed(&chunk).await;
+                if !out.is_empty() {
+                    return Some((Ok::<Bytes, axum::Error>(out), (frames, rewriter)));
+                }
+            }
+        },
+    );
+    Response::from_parts(parts, Body::from_stream(stream))
+}
+
+/// What the store holds of the stream `last_event_id` names, and the verdict on it.
+async fn check_resume(streams: &StreamStore, caller: Caller<'_>, last_event_id: &str) -> Resume {
+    let id = last_event_id.parse::<EventId>();
+    let stream = match (caller, &id) {
+        (Caller::Known(_), Ok(id)) => match stored_stream(streams, id).await {
+            Ok(stream) => stream,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot check Last-Event-ID");
+                return Resume::Refuse(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal storage error".into(),
+                );
+            }
+        },
+        _ => None,
+    };
+    let verdict = resume_verdict(caller, id.as_ref(), stream.as_ref());
+    if let (Resume::Refuse(StatusCode::FORBIDDEN, _), Caller::Known(session)) = (&verdict, caller) {
+        tracing::warn!(session, "Last-Event-ID of another session refused");
+    }
+    verdict
+}
+
+async fn stored_stream(
+    streams: &StreamStore,
+    id: &EventId,
+) -> Result<Option<StoredStream>, StoreError> {
+    let Some(info) = streams.stream_info(&id.token).await? else {
+        return Ok(None);
+    };
+    Ok(Some(StoredStream {
+        owner: info.session_id,
+        next_seq: info.next_seq,
+        event_kept: streams.event_exists(&id.token, id.seq).await?,
+    }))
+}
+
+/// The session a resuming request names.
+#[derive(Debug, Clone, Copy)]
+enum Caller<'a> {
+    /// No `Mcp-Session-Id` header.
+    Anonymous,
+    /// A session this server does not know (never initialized here, or expired).
+    Unknown,
+    Known(&'a str),
+}
+
+/// What the store holds of the stream a `Last-Event-ID` names.
+#[derive(Debug)]
+struct StoredStream {
+    /// The session that received the stream; `None` until that is known.
+    owner: Option<String>,
+    /// The seq the stream's next event will get.
+    next_seq: u64,
+    /// Whether the event the id names is still stored (events expire).
+    event_kept: bool,
+}
+
+#[derive(Debug, PartialEq)]
+enum Resume {
+    /// rmcp serves the request.
+    Pass,
+    /// Answered here, with a JSON-RPC error saying what to do.
+    Refuse(StatusCode, String),
+}
+
+/// What a `GET` with `Last-Event-ID` gets, given the caller's session, the parsed id and what
+/// the store holds of its stream (`None`: no such stream).
+fn resume_verdict(
+    caller: Caller<'_>,
+    id: Result<&EventId, &MalformedEventId>,
+    stream: Option<&StoredStream>,
+) -> Resume {
+    let session = match caller {
+        Caller::Anonymous => {
+            return Resume::Refuse(
+                StatusCode::BAD_REQUEST,
+                "resuming a stream needs the Mcp-Session-Id header of the session it belongs to"
+                    .into(),
+            );
+        }
+        // rmcp answers it with 404, which tells the client to initialize again.
+        Caller::Unknown => return Resume::Pass,
+        Caller::Known(session) => session,
+    };
+    let id = match id {
+        Ok(id) => id,
+        Err(e) => {
+            return Resume::Refuse(
+                StatusCode::BAD_REQUEST,
+                format!("{e}. Reconnect without Last-Event-ID and re-read the state you need."),
+            );
+        }
+    };
+    let unknown = || {
+        Resume::Refuse(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "Last-Event-ID {id} was never sent on this session's streams. Reconnect without \
+                 Last-Event-ID and re-read the state you need."
+            ),
+        )
+    };
+    let Some(stream) = stream else {
+        return unknown();
+    };
+    match stream.owner.as_deref() {
+        Some(owner) if owner == session => {}
+        Some(_) => {
+            return Resume::Refuse(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "Last-Event-ID {id} belongs to another session's stream. Resume only with ids \
+                     this session received, or reconnect without Last-Event-ID."
+                ),
+            );
+        }
+        None => return unknown(),
+    }
+    if id.seq >= stream.next_seq {
+        return unknown();
+    }
+    if !stream.event_kept {
+        return Resume::Refuse(
+            StatusCode::GONE,
+            format!(
+                "the events after Last-Event-ID {id} have expired. Reconnect without Last-Event-ID \
+                 and re-read task://list (or the resources you follow) to catch up."
+            ),
+        );
+    }
+    Resume::Pass
+}
+
+/// The status the client gets for rmcp's `status`: rmcp answers a session DELETE with 202, but
+/// the session is gone at once, and clients (the Python SDK among them) expect a plain success.
+fn answered_status(method: &Method, status: StatusCode) -> StatusCode {
+    if method == Method::DELETE && status == StatusCode::ACCEPTED {
+        StatusCode::NO_CONTENT
+    } else {
+        status
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Priming {
+    Keep,
+    Drop,
+    /// Hold the first priming event until the initialize result shows the version.
+    Decide,
+}
+
+/// What becomes of the priming events of a session on `version` (`None`: no session yet, so
+/// the stream carries the initialize answer, whose result names the version).
+fn priming_for(version: Option<&str>) -> Priming {
+    match version {
+        Some(version) if wants_priming(version) => Priming::Keep,
+        Some(_) => Priming::Drop,
+        None => Priming::Decide,
+    }
+}
+
+/// What an initialize answer decides.
+#[derive(Debug, PartialEq)]
+struct InitializeAnswer {
+    /// The negotiated version gets priming events: the held one goes out before the answer.
+    priming: bool,
+    /// The answer with the added capabilities, when it gets them (2025-11-25 or later).
+    rewritten: Option<String>,
+}
+
+/// Reads the initialize answer `data`: its version decides priming, and on 2025-11-25 or later
+/// its capabilities get `added` (those rmcp does not model).
+fn initialize_answer(data: &str, added: &Map<String, Value>) -> InitializeAnswer {
+    let Ok(mut answer) = serde_json::from_str::<Value>(data) else {
+        return InitializeAnswer {
+            priming: false,
+            rewritten: None,
+        };
+    };
+    let priming = answer
+        .pointer("/result/protocolVersion")
+        .and_then(Value::as_str)
+        .map(negotiated)
+        .is_some_and(wants_priming);
+    let mut rewritten = None;
+    if priming
+        && !added.is_empty()
+        && let Some(capabilities) = answer
+            .pointer_mut("/result/capabilities")
+            .and_then(Value::as_object_mut)
+    {
+        capabilities.extend(added.clone());
+        rewritten = Some(answer.to_string());
+    }
+    InitializeAnswer { priming, rewritten }
+}
+
+/// Takes the first complete SSE event (through its blank line) off `buffer`.
+fn take_event(buffer: &mut BytesMut) -> Option<Bytes> {
+    let end = buffer.windows(2).position(|w| w == b"\n\n")?;
+    Some(buffer.split_to(end + 2).freeze())
+}
+
+/// Rewrites an SSE body event by event (a chunk may hold several events or part of one).
+struct Rewriter {
+    streams: StreamStore,
+    buffer: BytesMut,
+    priming: Priming,
+    held: Option<Bytes>,
+    /// Record the first event id's stream as this session's.
+    bind_session: Option<String>,
+    /// Give the standalone stream's first priming event a stored id on this session's stream.
+    stamp_priming: Option<String>,
+    sse_retry: Duration,
+    added_capabilities: std::sync::Arc<Map<String, Value>>,
+    _open: Option<OpenStream>,
+}
+
+/// The SSE event `text` with `data` as its data.
+fn with_data(text: &str, data: &str) -> Bytes {
+    let mut event = String::with_capacity(text.len() + data.len());
+    for line in text.lines().filter(|line| !line.is_empty()) {
+        if !line.starts_with("data:") {
+            event.push_str(line);
+            event.push('\n');
+        }
+    }
+    event.push_str("data: ");
+    event.push_str(data);
+    event.push_str("\n\n");
+    Bytes::from(event)
+}
+
+impl Rewriter {
+    async fn feed(&mut self, chunk: &[u8]) -> Bytes {
+        self.buffer.extend_from_slice(chunk);
+        let mut out = BytesMut::new();
+        while let Some(event) = take_event(&mut self.buffer) {
+            if let Some(kept) = self.event(event).await {
+                out.extend_from_slice(&kept);
+            }
+        }
+        out.freeze()
+    }
+
+    async fn event(&mut self, event: Bytes) -> Option<Bytes> {
+        let text = String::from_utf8_lossy(&event).into_owned();
+        let Some(parsed) = SseEvent::parse(&text) else {
+            // A comment (keep-alive).
+            return Some(event);
+        };
+        if let (Some(session), Some(id)) = (self.bind_session.take(), parsed.id.as_deref())
+            && let Ok(id) = id.parse::<EventId>()
+            && let Err(e) = self.streams.bind_stream_session(&id.token, &session).await
+        {
+            tracing::error!(error = %e, "cannot record the session of a stream");
+        }
+        let is_priming = parsed.data.trim().is_empty();
+        if !is_priming {
+            if self.priming != Priming::Decide {
+                return Some(event);
+            }
+            let answer = initialize_answer(&parsed.data, &self.added_capabilities);
+            let event = match answer.rewritten {
+                Some(data) => with_data(&text, &data),
+                None => event,
+            };
+            return Some(match self.held.take() {
+                Some(held) if answer.priming => [held, event].concat().into(),
+                _ => event,
+            });
+        }
+        match self.priming {
+            Priming::Drop => None,
+            Priming::Decide => {
+                self.held = Some(event);
+                None
+            }
+            Priming::Keep => match self.stamp_priming.take() {
+                Some(session) if parsed.id.is_none() => {
+                    Some(self.stamped(&session).await.unwrap_or(event))
+                }
+                _ => Some(event),
+            },
+        }
+    }
+
+    /// A priming event with an id stored on the session's standalone stream.
+    async fn stamped(&self, session: &str) -> Option<Bytes> {
+        let retry_ms = self.sse_retry.as_millis() as u64;
+        let appended = self
+            .streams
+            .append(NewEvent {
+                stream_id: format!("{session}:common"),
+                session_id: Some(session.to_owned()),
+                message: None,
+                retry_ms: Some(retry_ms),
+                finishes: false,
+                binding: None,
+            })
+            .await;
+        match appended {
+            Ok(id) => Some(Bytes::from(format!(
+                "data: \nid: {id}\nretry: {retry_ms}\n\n"
+            ))),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot store a priming event");
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+    fn stream(owner: Option<&str>, next_seq: u64, event_kept: bool) -> StoredStream {
+        StoredStream {
+            owner: owner.map(str::to_owned),
+            next_seq,
+            event_kept,
+        }
+    }
+
+    fn status_of(verdict: &Resume) -> Option<StatusCode> {
+        match verdict {
+            Resume::Pass => None,
+            Resume::Refuse(status, _) => Some(*status),
+        }
+    }
+
+    #[test]
+    fn resume_verdicts() {
+        let id: EventId = format!("{TOKEN}.3").parse().unwrap();
+        let malformed = "3".parse::<EventId>().unwrap_err();
+        let mine = Caller::Known("s1");
+        let cases = [
+            (
+                "no session header",
+                Caller::Anonymous,
+                Ok(&id),
+                None,
+                Some(StatusCode::BAD_REQUEST),
+            ),
+            (
+                "unknown session: rmcp's 404",
+                Caller::Unknown,
+                Ok(&id),
+                None,
+                None,
+            ),
+            (
+                "malformed id",
+                mine,
+                Err(&malformed),
+                None,
+                Some(StatusCode::BAD_REQUEST),
+            ),
+            (
+                "no such stream",
+                mine,
+                Ok(&id),
+                None,
+                Some(StatusCode::BAD_REQUEST),
+            ),
+            (
+                "another session's stream",
+                mine,
+                Ok(&id),
+                Some(stream(Some("s2"), 9, true)),
+                Some(StatusCode::FORBIDDEN),
+            ),
+            (
+                "stream of no known session",
+                mine,
+                Ok(&id),
+                Some(stream(None, 9, true)),
+                Some(StatusCode::BAD_REQUEST),
+            ),
+            (
+                "id never sent",
+                mine,
+                Ok(&id),
+                Some(stream(Some("s1"), 3, false)),
+                Some(StatusCode::BAD_REQUEST),
+            ),
+            (
+                "expired events",
+                mine,
+                Ok(&id),
+                Some(stream(Some("s1"), 9, false)),
+                Some(StatusCode::GONE),
+            ),
+            (
+                "the last id sent",
+                mine,
+                Ok(&id),
+                Some(stream(Some("s1"), 4, true)),
+                None,
+            ),
+            (
+                "an earlier id",
+                mine,
+                Ok(&id),
+                Some(stream(Some("s1"), 9, true)),
+                None,
+            ),
+        ];
+        for (case, caller, id, stream, expected) in cases {
+            let verdict = resume_verdict(caller, id, stream.as_ref());
+            assert_eq!(status_of(&verdict), expected, "{case}: {verdict:?}");
+        }
+    }
+
+    #[test]
+    fn refusals_say_what_to_do() {
+        let id: EventId = format!("{TOKEN}.3").parse().unwrap();
+        let Resume::Refuse(_, gone) = resume_verdict(
+            Caller::Known("s1"),
+            Ok(&id),
+            Some(&stream(Some("s1"), 9, false)),
+        ) else {
+            panic!("expired events passed");
+        };
+        assert!(
+            gone.contains(&id.to_string()) && gone.contains("task://list"),
+            "{gone}"
+        );
+        let malformed = "x.1".parse::<EventId>().unwrap_err();
+        let Resume::Refuse(_, bad) = resume_verdict(Caller::Known("s1"), Err(&malformed), None)
+        else {
+            panic!("a malformed id passed");
+        };
+        assert!(bad.contains("Reconnect without Last-Event-ID"), "{bad}");
+    }
+
+    #[test]
+    fn only_a_session_delete_answered_202_becomes_204() {
+        let cases = [
+            (Method::DELETE, StatusCode::ACCEPTED, StatusCode::NO_CONTENT),
+            (Method::DELETE, StatusCode::NOT_FOUND, StatusCode::NOT_FOUND),
+            (Method::POST, StatusCode::ACCEPTED, StatusCode::ACCEPTED),
+            (Method::GET, StatusCode::OK, StatusCode::OK),
+        ];
+        for (method, rmcp, expected) in cases {
+            assert_eq!(answered_status(&method, rmcp), expected, "{method} {rmcp}");
+        }
+    }
+
+    #[test]
+    fn priming_follows_the_session_version() {
+        assert_eq!(priming_for(Some("2025-11-25")), Priming::Keep);
+        assert_eq!(priming_for(Some("2025-06-18")), Priming::Drop);
+        assert_eq!(priming_for(Some("2025-03-26")), Priming::Drop);
+        assert_eq!(priming_for(None), Priming::Decide);
+    }
+
+    fn added() -> Map<String, Value> {
+        [("tasks".to_owned(), json!({"list": {}}))]
+            .into_iter()
+            .collect()
+    }
+
+    fn answer(version: &str) -> String {
+        json!({"jsonrpc": "2.0", "id": 0, "result": {
+            "protocolVersion": version,
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "durable-mcp", "version": "0"},
+        }})
+        .to_string()
+    }
+
+    #[test]
+    fn a_2025_11_25_initialize_answer_keeps_priming_and_gets_the_added_capabilities() {
+        let decided = initialize_answer(&answer("2025-11-25"), &added());
+        assert!(decided.priming);
+        let rewritten: Value = serde_json::from_str(&decided.rewritten.unwrap()).unwrap();
+        assert_eq!(
+            rewritten["result"]["capabilities"],
+            json!({"tools": {}, "tasks": {"list": {}}})
+        );
+        assert_eq!(rewritten["result"]["serverInfo"]["name"], "durable-mcp");
+        assert_eq!(rewritten["id"], 0);
+    }
+
+    #[test]
+    fn other_initialize_answers_are_left_alone() {
+        let unchanged = |priming| InitializeAnswer {
+            priming,
+            rewritten: None,
+        };
+        let cases = [
+            (
+                "older version",
+                answer("2025-06-18"),
+                added(),
+                unchanged(false),
+            ),
+            (
+                "nothing to add",
+                answer("2025-11-25"),
+                Map::new(),
+                unchanged(true),
+            ),
+            (
+                "an error",
+                json!({"jsonrpc": "2.0", "id": 0, "error": {"code": -32602, "message": "no"}})
+                    .to_string(),
+                added(),
+                unchanged(false),
+            ),
+            (
+                "no capabilities",
+                json!({"jsonrpc": "2.0", "id": 0, "result": {"protocolVersion": "2025-11-25"}})
+                    .to_string(),
+                added(),
+                unchanged(true),
+            ),
+            ("not JSON", "{".to_owned(), added(), unchanged(false)),
+            ("not an object", "[1]".to_owned(), added(), unchanged(false)),
+        ];
+        for (case, data, added, expected) in cases {
+            assert_eq!(initialize_answer(&data, &added), expected, "{case}");
+        }
+    }
+
+    #[test]
+    fn events_are_taken_whole_across_chunks() {
+        let mut buffer = BytesMut::from("id: a.1\ndata: {\"x\"");
+        assert_eq!(take_event(&mut buffer), None);
+        buffer.extend_from_slice(b":1}\n\n: keep-alive\n\nid: a.2\n");
+        assert_eq!(
+            take_event(&mut buffer).as_deref(),
+            Some(&b"id: a.1\ndata: {\"x\":1}\n\n"[..])
+        );
+        assert_eq!(
+            take_event(&mut buffer).as_deref(),
+            Some(&b": keep-alive\n\n"[..])
+        );
+        assert_eq!(take_event(&mut buffer), None);
+        assert_eq!(&buffer[..], b"id: a.2\n");
+    }
+
+    #[test]
+    fn with_data_replaces_only_the_data() {
+        let event = with_data(
+            "id: a.1\nretry: 500\ndata: old\ndata: more\n\n",
+            "{\"new\":1}",
+        );
+        assert_eq!(&event[..], b"id: a.1\nretry: 500\ndata: {\"new\":1}\n\n");
+    }
+}

@@ -1,0 +1,187 @@
+//! The request side of MCP tasks' 2025-11-25 shape (see `mcp::tasks`): rmcp 3.11 drops the
+//! `task` field of `tools/call`, refuses `tasks/get` and `tasks/cancel` from clients without the
+//! `io.modelcontextprotocol/tasks` extension, and has no `execution` on its `Tool`. This
+//! middleware renames those requests (and `tools/list`) to the server-private methods that
+//! `DurableServer` answers in that shape. Which message is renamed to what is decided by plain
+//! functions, tested below.
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use rmcp::model::RequestMetaObject;
+use serde_json::{Value, json};
+
+use crate::mcp::{PRIVATE_CALL, PRIVATE_CANCEL, PRIVATE_GET, PRIVATE_LIST_TOOLS};
+use crate::streams::StreamStore;
+
+/// Renames the `POST /mcp` requests rmcp 3.11 would mishandle to server-private methods with
+/// the same id and params (see the module comment): `tools/list`, a `tools/call` with a `task`
+/// field, and `tasks/get` and `tasks/cancel` from clients that did not declare the extension.
+/// Every other body is passed on byte for byte.
+pub async fn adapt_task_requests(
+    State(streams): State<StreamStore>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if request.method() != Method::POST {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    // The body limit in front of this middleware is the only cap: past it, reading fails, and
+    // `http::body_limit` turns this bare 413 into the JSON-RPC one naming the limit.
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return StatusCode::PAYLOAD_TOO_LARGE.into_response();
+    };
+    let mut body = Body::from(bytes.clone());
+    if worth_parsing(&bytes)
+        && let Ok(mut message) = serde_json::from_slice::<Value>(&bytes)
+    {
+        let session = parts
+            .headers
+            .get("mcp-session-id")
+            .and_then(|value| value.to_str().ok());
+        let declared = match session {
+            Some(session) => streams
+                .session_profile(session)
+                .await
+                .is_some_and(|profile| profile.tasks_extension),
+            None => false,
+        } || declares_extension_per_request(&message);
+        if let Some(private) = private_method(&message, declared) {
+            message["method"] = json!(private);
+            body = Body::from(message.to_string());
+        }
+    }
+    next.run(Request::from_parts(parts, body)).await
+}
+
+/// Whether a body may hold a request to rename: every renamed method has `tools/` or `tasks/`
+/// in its name, so the others skip the JSON parse.
+fn worth_parsing(body: &[u8]) -> bool {
+    let mentions = |needle: &[u8]| body.windows(needle.len()).any(|window| window == needle);
+    mentions(b"tools/") || mentions(b"tasks/")
+}
+
+/// The private method `message` is renamed to, given whether its client declared the tasks
+/// extension (then rmcp serves its `tasks/get` and `tasks/cancel` itself).
+fn private_method(message: &Value, tasks_extension: bool) -> Option<&'static str> {
+    match message["method"].as_str()? {
+        "tools/list" => Some(PRIVATE_LIST_TOOLS),
+        "tools/call" if message["params"].get("task").is_some() => Some(PRIVATE_CALL),
+        "tasks/get" if !tasks_extension => Some(PRIVATE_GET),
+        "tasks/cancel" if !tasks_extension => Some(PRIVATE_CANCEL),
+        _ => None,
+    }
+}
+
+/// Whether a request declares the extension in its own `_meta` client capabilities, as rmcp
+/// reads them.
+fn declares_extension_per_request(message: &Value) -> bool {
+    serde_json::from_value::<RequestMetaObject>(message["params"]["_meta"].clone())
+        .ok()
+        .and_then(|meta| meta.client_capabilities())
+        .is_some_and(|capabilities| capabilities.supports_tasks())
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::model::TASKS_EXTENSION_ID;
+
+    use super::*;
+
+    fn request(method: &str, params: Value) -> Value {
+        json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+    }
+
+    #[test]
+    fn only_bodies_naming_tools_or_tasks_methods_are_parsed() {
+        assert!(worth_parsing(br#"{"method":"tools/list"}"#));
+        assert!(worth_parsing(br#"{"method":"tasks/get"}"#));
+        assert!(worth_parsing(
+            br#"{"method":"x","params":{"uri":"tools/x"}}"#
+        ));
+        assert!(!worth_parsing(br#"{"method":"ping"}"#));
+        assert!(!worth_parsing(br#"{"method":"tools"}"#));
+        assert!(!worth_parsing(b""));
+    }
+
+    #[test]
+    fn renames_by_method_task_field_and_extension() {
+        let call = json!({"name": "run_batch_processing", "arguments": {}});
+        let task_call = json!({"name": "run_batch_processing", "arguments": {}, "task": {}});
+        let id = json!({"taskId": "t"});
+        let cases = [
+            (
+                request("tools/list", json!({})),
+                false,
+                Some(PRIVATE_LIST_TOOLS),
+            ),
+            (
+                request("tools/list", json!({})),
+                true,
+                Some(PRIVATE_LIST_TOOLS),
+            ),
+            (
+                request("tools/call", task_call.clone()),
+                false,
+                Some(PRIVATE_CALL),
+            ),
+            (request("tools/call", task_call), true, Some(PRIVATE_CALL)),
+            (request("tools/call", call.clone()), false, None),
+            (request("tools/call", call), true, None),
+            (request("tasks/get", id.clone()), false, Some(PRIVATE_GET)),
+            (request("tasks/get", id.clone()), true, None),
+            (
+                request("tasks/cancel", id.clone()),
+                false,
+                Some(PRIVATE_CANCEL),
+            ),
+            (request("tasks/cancel", id.clone()), true, None),
+            (request("tasks/result", id.clone()), false, None),
+            (request("tasks/list", json!({})), false, None),
+            (request("ping", json!({})), false, None),
+            (
+                json!({"jsonrpc": "2.0", "id": 1, "result": {}}),
+                false,
+                None,
+            ),
+            (json!({"jsonrpc": "2.0", "id": 1, "method": 7}), false, None),
+            (json!([request("tools/list", json!({}))]), false, None),
+        ];
+        for (message, extension, expected) in cases {
+            assert_eq!(
+                private_method(&message, extension),
+                expected,
+                "{message} (extension declared: {extension})"
+            );
+        }
+    }
+
+    #[test]
+    fn the_extension_counts_when_declared_in_the_request_meta() {
+        let declaring = |extensions: Value| {
+            request(
+                "tasks/get",
+                json!({"taskId": "t", "_meta": {
+                    "io.modelcontextprotocol/clientCapabilities": {"extensions": extensions},
+                }}),
+            )
+        };
+        assert!(declares_extension_per_request(&declaring(
+            json!({TASKS_EXTENSION_ID: {}})
+        )));
+        assert!(!declares_extension_per_request(&declaring(
+            json!({"example/other": {}})
+        )));
+        assert!(!declares_extension_per_request(&request(
+            "tasks/get",
+            json!({"taskId": "t", "_meta": {"progressToken": 1}})
+        )));
+        assert!(!declares_extension_per_request(&request(
+            "tasks/get",
+            json!({"taskId": "t"})
+        )));
+    }
+}
