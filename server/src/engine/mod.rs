@@ -532,3 +532,28 @@ pub fn retention_cutoff(now: DateTime<Utc>, retention: Duration) -> DateTime<Utc
     now.checked_sub_signed(retention)
         .unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+
+    /// The first reference server subtracted days from the day of the month, which breaks at
+    /// the start of every month; the cutoff is exact elapsed time instead.
+    #[test]
+    fn retention_cutoffs_cross_month_and_leap_day_boundaries() {
+        let at = |y, m, d, h| Utc.with_ymd_and_hms(y, m, d, h, 0, 0).unwrap();
+        let day = Duration::from_secs(86_400);
+        assert_eq!(retention_cutoff(at(2026, 3, 1, 0), day), at(2026, 2, 28, 0));
+        assert_eq!(retention_cutoff(at(2028, 3, 1, 6), day), at(2028, 2, 29, 6));
+        assert_eq!(
+            retention_cutoff(at(2026, 1, 1, 6), day * 2),
+            at(2025, 12, 30, 6)
+        );
+        assert_eq!(
+            retention_cutoff(at(2026, 3, 31, 6), day * 31),
+            at(2026, 2, 28, 6)
+        );
+    }
+}
