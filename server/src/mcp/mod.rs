@@ -381,3 +381,103 @@ impl ServerHandler for DurableServer {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use durable_shared::kinds::{KindSpec, ParamError};
+    use durable_shared::schemars::{self, JsonSchema};
+    use serde::{Deserialize, Serialize};
+
+    use super::*;
+    use crate::engine::{EngineConfig, Env, Plan, Step, StepError, TaskKind};
+    use crate::store::Store;
+
+    #[derive(Serialize, Deserialize, JsonSchema)]
+    struct EchoParams {
+        /// What to echo.
+        #[schemars(title = "Text")]
+        text: String,
+    }
+
+    /// A kind this crate has never heard of: registering it is all it takes to be offered.
+    struct Echo;
+
+    impl KindSpec for Echo {
+        const NAME: &'static str = "echo";
+        const TITLE: &'static str = "Echo";
+        const DESCRIPTION: &'static str = "Echoes its text.";
+        const RESULT: &'static str = "the text";
+        type Params = EchoParams;
+        type Output = String;
+    }
+
+    impl TaskKind for Echo {
+        type State = ();
+
+        fn plan(&self, _params: &EchoParams, _env: &Env) -> Result<Plan<()>, ParamError> {
+            Ok(Plan {
+                state: (),
+                total: 1,
+            })
+        }
+
+        async fn step(
+            &self,
+            params: &EchoParams,
+            _state: &(),
+            _env: &Env,
+        ) -> Result<Step<(), String>, StepError> {
+            Ok(Step::Done {
+                state: (),
+                progress: 1,
+                message: params.text.clone(),
+                output: params.text.clone(),
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_registered_kind_gets_its_start_and_task_tools_from_its_description() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("t.db")).unwrap();
+        let shutdown = CancellationToken::new();
+        let engine = Engine::builder()
+            .register(Echo)
+            .start(
+                store.clone(),
+                EngineConfig {
+                    env: Env {
+                        data_dir: dir.path().to_owned(),
+                        time_scale: 0.0,
+                    },
+                    max_running: 1,
+                },
+                shutdown.clone(),
+            )
+            .await
+            .unwrap();
+        let streams = StreamStore::new(store, shutdown.clone());
+        let ttl = TaskTtl {
+            default: Duration::from_secs(60),
+            max: Duration::from_secs(60),
+        };
+        let shared = Shared::new(engine, streams, ttl, shutdown.clone());
+        let start = shared.tool_router.get("start_echo").expect("a start tool");
+        assert_eq!(start.description.as_deref(), Some(Echo::DESCRIPTION));
+        assert_eq!(start.title.as_deref(), Some("Echo"));
+        assert_eq!(start.input_schema["required"], serde_json::json!(["text"]));
+        assert_eq!(
+            start.input_schema["properties"]["text"]["title"],
+            serde_json::json!("Text")
+        );
+        let (run, kind) = &shared.task_tools[0];
+        assert_eq!((run.name.as_ref(), *kind), ("run_echo", "echo"));
+        assert!(
+            shared.tool_router.has_route("cancel_task"),
+            "the hand-written tools stay"
+        );
+        shutdown.cancel();
+    }
+}
