@@ -94,7 +94,7 @@ impl Store {
 
     /// Runs `f` inside the next group-committed transaction and returns its value once that
     /// transaction is durable.
-    pub async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
+    async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
@@ -117,7 +117,7 @@ impl Store {
     }
 
     /// Runs `f` on a read-only connection on a blocking thread.
-    pub async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
+    async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
