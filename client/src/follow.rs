@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use durable_shared::kinds::PROCESSING_TOOL;
 use durable_shared::{TASK_META_KEY, TaskInfo, TaskStatus, status_uri};
 use indicatif::{ProgressBar, ProgressStyle};
 use rmcp::model::{
@@ -150,7 +151,7 @@ impl Client {
         let Value::Object(object) = arguments.clone() else {
             unreachable!("arguments are an object")
         };
-        let params = CallToolRequestParams::new("resumable_data_processing").with_arguments(object);
+        let params = CallToolRequestParams::new(PROCESSING_TOOL).with_arguments(object);
         let handle = self
             .service
             .send_cancellable_request(
@@ -160,6 +161,7 @@ impl Client {
             .await
             .map_err(|e| Failure::Unreachable(format!("cannot start processing: {e}")))?;
         let token = handle.progress_token.clone();
+        // Arguments left out take the server's defaults: the total comes with the progress.
         let bar = bar(
             arguments["total_records"].as_u64().unwrap_or(0),
             self.args.json,
@@ -174,6 +176,9 @@ impl Client {
                     if let Some(Note::Progress(progress)) = note
                         && progress.progress_token == token
                     {
+                        if let Some(total) = progress.total {
+                            bar.set_length(total as u64);
+                        }
                         bar.set_position(progress.progress as u64);
                         if let Some(message) = &progress.message {
                             bar.set_message(message.clone());

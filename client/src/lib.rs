@@ -16,7 +16,7 @@ mod state;
 use std::collections::HashMap;
 use std::process::ExitCode;
 
-use durable_shared::kinds::start_tool;
+use durable_shared::kinds::{PROCESSING_TOOL, start_tool};
 use durable_shared::{ServerStats, TaskInfo, TaskList, list_uri, status_uri};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ReadResourceRequestParams, ResourceContents, Tool,
@@ -29,9 +29,6 @@ use serde_json::{Value, json};
 
 use args::{ClientArgs, ClientCommand, TaskCommand};
 use state::ClientState;
-
-/// The in-request tool `process` calls; its `client_id` argument is the client's own.
-const PROCESS_TOOL: &str = "resumable_data_processing";
 
 const REFUSED: u8 = 1;
 const UNREACHABLE: u8 = 3;
@@ -260,7 +257,7 @@ impl Client {
             }
             Action::Task(TaskCommand::Watch { task_id }) => self.watch(&task_id).await?,
             Action::Process(arguments) => {
-                let tool = self.tool(PROCESS_TOOL, "process").await?;
+                let tool = self.tool(PROCESSING_TOOL, "process").await?;
                 let about = tool.description.as_deref().unwrap_or_default();
                 let parsed = forms::parse(
                     "process",

@@ -262,7 +262,9 @@ async fn progress_lines(rx: &mut UnboundedReceiver<String>) -> Vec<f64> {
 #[tokio::test]
 async fn an_interrupted_process_run_continues_from_its_checkpoint_when_run_again() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &["--time-scale", "0.03"]).await;
+    // 0.2 s a batch: the client must still be running when the test, reading its output under
+    // load, has seen 40% and sends Ctrl-C (at 0.03 s a batch it sometimes had finished).
+    let server = Server::start(dir.path(), &["--time-scale", "0.2"]).await;
     let state = dir.path().join("client.json");
     let args = [
         "process",

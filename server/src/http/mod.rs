@@ -52,42 +52,42 @@ const DEFAULT_TASK_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// Opens the store, starts the engine (resuming unfinished tasks) and serves on `listener`
 /// until `shutdown` fires; then lets tasks checkpoint and returns.
 pub async fn run(
-    args: Config,
+    config: Config,
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&args.data_dir)
-        .with_context(|| format!("creating data directory {}", args.data_dir.display()))?;
-    let db = args.db.clone();
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
+    let db = config.db.clone();
     let store = tokio::task::spawn_blocking(move || Store::open(&db))
         .await?
-        .with_context(|| format!("opening task store at {}", args.db.display()))?;
+        .with_context(|| format!("opening task store at {}", config.db.display()))?;
     let engine = kinds::register_all(Engine::builder())
         .start(
             store.clone(),
             EngineConfig {
                 env: Env {
-                    data_dir: args.data_dir.clone(),
-                    time_scale: args.time_scale,
+                    data_dir: config.data_dir.clone(),
+                    time_scale: config.time_scale,
                 },
-                max_running: args.max_running_tasks,
+                max_running: config.max_running_tasks,
             },
             shutdown.child_token(),
         )
         .await
         .context("starting the task engine")?;
-    engine.spawn_retention(args.retention, args.retention_interval);
+    engine.spawn_retention(config.retention, config.retention_interval);
     let streams = StreamStore::new(store, shutdown.child_token());
-    let sessions = Arc::new(session_manager(&args, &streams));
+    let sessions = Arc::new(session_manager(&config, &streams));
     tokio::spawn(sweep_sessions(
         streams.clone(),
         sessions.clone(),
-        args.clone(),
+        config.clone(),
         shutdown.child_token(),
     ));
     relay::resume_orphaned_calls(engine.clone(), streams.clone()).await;
 
-    let app = router(&args, engine.clone(), streams, sessions, shutdown.clone());
+    let app = router(&config, engine.clone(), streams, sessions, shutdown.clone());
     let server = axum::serve(
         listener.tap_io(|stream| {
             // rmcp writes SSE replies in small pieces; without NODELAY each waits ~40 ms for a
@@ -100,7 +100,7 @@ pub async fn run(
     )
     .with_graceful_shutdown(shutdown.clone().cancelled_owned());
 
-    let grace = args.shutdown_grace;
+    let grace = config.shutdown_grace;
     tokio::select! {
         served = server => served.context("serving HTTP")?,
         // Graceful shutdown waits for open connections; a stuck one must not hold the process.
@@ -118,13 +118,13 @@ pub async fn run(
     Ok(())
 }
 
-fn session_manager(args: &Config, streams: &StreamStore) -> LocalSessionManager {
+fn session_manager(config: &Config, streams: &StreamStore) -> LocalSessionManager {
     let mut sessions = LocalSessionManager::default().with_event_store(Arc::new(streams.clone()));
     // rmcp's own idle timeout counts only requests, so it would close a session (and its open
     // GET stream) that is merely listening. The expiry sweep, which counts open streams as
     // activity, closes idle sessions instead.
     sessions.session_config.keep_alive = None;
-    sessions.session_config.sse_retry = Some(args.sse_retry);
+    sessions.session_config.sse_retry = Some(config.sse_retry);
     sessions
 }
 
@@ -133,10 +133,10 @@ fn session_manager(args: &Config, streams: &StreamStore) -> LocalSessionManager 
 async fn sweep_sessions(
     streams: StreamStore,
     sessions: Arc<LocalSessionManager>,
-    args: Config,
+    config: Config,
     shutdown: CancellationToken,
 ) {
-    let every = (args.session_ttl.min(args.event_max_age) / 10)
+    let every = (config.session_ttl.min(config.event_max_age) / 10)
         .clamp(Duration::from_millis(100), Duration::from_secs(30));
     let mut ticks = tokio::time::interval(every);
     loop {
@@ -144,7 +144,10 @@ async fn sweep_sessions(
             _ = shutdown.cancelled() => return,
             _ = ticks.tick() => {}
         }
-        match streams.sweep(args.session_ttl, args.event_max_age).await {
+        match streams
+            .sweep(config.session_ttl, config.event_max_age)
+            .await
+        {
             Ok(expired) => {
                 for id in expired {
                     if let Err(e) = sessions.close_session(&id.clone().into()).await {
@@ -158,7 +161,7 @@ async fn sweep_sessions(
 }
 
 fn router(
-    args: &Config,
+    config: &Config,
     engine: Engine,
     streams: StreamStore,
     sessions: Arc<LocalSessionManager>,
@@ -167,36 +170,36 @@ fn router(
     let origins: Vec<String> = LOOPBACK_ORIGINS
         .iter()
         .map(|origin| origin.to_string())
-        .chain(args.allowed_origins.iter().cloned())
+        .chain(config.allowed_origins.iter().cloned())
         .collect();
     let hosts: Vec<String> = LOOPBACK_HOSTS
         .iter()
         .map(|host| host.to_string())
-        .chain(args.allowed_hosts.iter().cloned())
+        .chain(config.allowed_hosts.iter().cloned())
         .collect();
-    let mut config = StreamableHttpServerConfig::default()
+    let mut transport = StreamableHttpServerConfig::default()
         .with_allowed_hosts(hosts)
         .with_allowed_origins(origins.clone())
         .enforce_origin_validation()
         // rmcp's own cap, kept equal so that it never refuses what the body limit lets through.
-        .with_max_request_body_bytes(args.max_body_bytes)
-        .with_sse_retry(Some(args.sse_retry))
-        .with_sse_keep_alive(Some(args.sse_keep_alive))
+        .with_max_request_body_bytes(config.max_body_bytes)
+        .with_sse_retry(Some(config.sse_retry))
+        .with_sse_keep_alive(Some(config.sse_keep_alive))
         .with_cancellation_token(shutdown.child_token());
-    config.session_store = Some(Arc::new(streams.clone()));
+    transport.session_store = Some(Arc::new(streams.clone()));
     let task_ttl = TaskTtl {
-        default: DEFAULT_TASK_TTL.min(args.retention),
-        max: args.retention,
+        default: DEFAULT_TASK_TTL.min(config.retention),
+        max: config.retention,
     };
     let shared = Shared::new(engine, streams.clone(), task_ttl, shutdown.clone());
     let mcp = StreamableHttpService::new(
         move || Ok(DurableServer::new(shared.clone())),
         sessions,
-        config,
+        transport,
     );
     let resume = ResumeState {
         streams,
-        sse_retry: args.sse_retry,
+        sse_retry: config.sse_retry,
         origins: Arc::new(origins.clone()),
         added_capabilities: Arc::new(
             [("tasks".to_owned(), legacy_capability())]
@@ -208,10 +211,10 @@ fn router(
     guarded(
         Router::new().route_service("/mcp", mcp),
         resume,
-        args.max_body_bytes,
+        config.max_body_bytes,
     )
     .route("/healthz", get(|| async { "ok" }))
-    .fallback_service(dashboard(args))
+    .fallback_service(dashboard(config))
     .layer(cors(&origins))
     .layer(TraceLayer::new_for_http())
 }
@@ -253,8 +256,8 @@ fn cors(origins: &[String]) -> CorsLayer {
 }
 
 /// The built dashboard with single-page-app fallback, or a page saying how to build it.
-fn dashboard(args: &Config) -> Router {
-    let dir = &args.dashboard_dir;
+fn dashboard(config: &Config) -> Router {
+    let dir = &config.dashboard_dir;
     let index = dir.join("index.html");
     if index.is_file() {
         tracing::info!(dir = %dir.display(), "serving the dashboard");

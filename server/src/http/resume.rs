@@ -80,10 +80,12 @@ pub async fn resumable(State(state): State<ResumeState>, request: Request, next:
             (Some(_), None) => Caller::Unknown,
             (Some(session), Some(_)) => Caller::Known(session),
         };
-        if let Resume::Refuse(status, message) =
-            check_resume(&state.streams, caller, last_event_id).await
-        {
-            return ApiError::Http { status, message }.into_response();
+        match check_resume(&state.streams, caller, last_event_id).await {
+            Ok(Resume::Pass) => {}
+            Ok(Resume::Refuse(status, message)) => {
+                return ApiError::Http { status, message }.into_response();
+            }
+            Err(e) => return ApiError::Store(e).into_response(),
         }
     }
 
@@ -137,26 +139,21 @@ pub async fn resumable(State(state): State<ResumeState>, request: Request, next:
 }
 
 /// What the store holds of the stream `last_event_id` names, and the verdict on it.
-async fn check_resume(streams: &StreamStore, caller: Caller<'_>, last_event_id: &str) -> Resume {
+async fn check_resume(
+    streams: &StreamStore,
+    caller: Caller<'_>,
+    last_event_id: &str,
+) -> Result<Resume, StoreError> {
     let id = last_event_id.parse::<EventId>();
     let stream = match (caller, &id) {
-        (Caller::Known(_), Ok(id)) => match stored_stream(streams, id).await {
-            Ok(stream) => stream,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot check Last-Event-ID");
-                return Resume::Refuse(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal storage error".into(),
-                );
-            }
-        },
+        (Caller::Known(_), Ok(id)) => stored_stream(streams, id).await?,
         _ => None,
     };
     let verdict = resume_verdict(caller, id.as_ref(), stream.as_ref());
     if let (Resume::Refuse(StatusCode::FORBIDDEN, _), Caller::Known(session)) = (&verdict, caller) {
         tracing::warn!(session, "Last-Event-ID of another session refused");
     }
-    verdict
+    Ok(verdict)
 }
 
 async fn stored_stream(

@@ -386,7 +386,7 @@ impl ServerHandler for DurableServer {
 mod tests {
     use std::time::Duration;
 
-    use durable_shared::kinds::{KindSpec, ParamError};
+    use durable_shared::kinds::{KindSpec, PROCESSING_TOOL, ParamError};
     use durable_shared::schemars::{self, JsonSchema};
     use serde::{Deserialize, Serialize};
 
@@ -475,8 +475,9 @@ mod tests {
         let (run, kind) = &shared.task_tools[0];
         assert_eq!((run.name.as_ref(), *kind), ("run_echo", "echo"));
         assert!(
-            shared.tool_router.has_route("cancel_task"),
-            "the hand-written tools stay"
+            shared.tool_router.has_route("cancel_task")
+                && shared.tool_router.has_route(PROCESSING_TOOL),
+            "the hand-written tools stay, the in-request one under its shared name"
         );
         shutdown.cancel();
     }

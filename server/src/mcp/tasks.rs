@@ -24,13 +24,14 @@
 //! A handle belongs to the client whose call created it (its `X-Client-Id`, else its session):
 //! another client's `tasks/get`, `tasks/result` or `tasks/cancel` is told the task does not exist.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use std::sync::Arc;
-
 use durable_shared::TaskInfo;
-use durable_shared::kinds::{DATA_PROCESSING, ParamError, parse_params, task_tool};
+use durable_shared::kinds::{
+    DATA_PROCESSING, PROCESSING_TOOL, ParamError, parse_params, task_tool,
+};
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CreateTaskResult, CustomNotification, DetailedTask,
@@ -82,8 +83,6 @@ impl TaskSupport {
         }
     }
 }
-
-const PROCESSING_TOOL: &str = "resumable_data_processing";
 
 /// The `run_{kind}` tool of a background kind: the same arguments as its `start_{kind}` tool,
 /// run only as an MCP task whose result is the kind's final report.

@@ -118,11 +118,6 @@ impl StreamStore {
             .await
     }
 
-    /// This process's id in call bindings.
-    pub fn instance(&self) -> &str {
-        &self.inner.instance
-    }
-
     /// Records that a tool call of this process waits on a task, so that a restarted server can
     /// still deliver the task's progress and result into the call's stream.
     pub async fn bind_call(&self, binding: CallBinding) -> Result<(), StoreError> {

@@ -61,6 +61,9 @@ pub trait KindSpec: Send + Sync + 'static {
     }
 }
 
+/// The tool that runs the data-processing kind inside the call (its `OFFER` is `InRequest`).
+pub const PROCESSING_TOOL: &str = "resumable_data_processing";
+
 /// The plain-call tool of a background kind.
 pub fn start_tool(kind: &str) -> String {
     format!("start_{kind}")
