@@ -98,7 +98,15 @@ impl From<ApiError> for McpError {
             }
             ApiError::Unavailable(message) => McpError::internal_error(message, None),
             ApiError::Store(e) => {
-                tracing::error!(error = %e, "storage failure while serving a request");
+                // The whole chain: a failed group commit carries its SQLite cause as a source.
+                let chain: Vec<String> =
+                    std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
+                        .map(ToString::to_string)
+                        .collect();
+                tracing::error!(
+                    error = chain.join(": "),
+                    "storage failure while serving a request"
+                );
                 McpError::internal_error("internal storage error; see the server log", None)
             }
         }

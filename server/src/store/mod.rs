@@ -47,11 +47,15 @@ pub enum StoreError {
     Closed,
     #[error("stored value is corrupt: {0}")]
     Corrupt(String),
-    #[error("the write transaction failed: {0}")]
-    Commit(String),
+    /// The batch's transaction could not begin or commit. Every write of the batch gets this,
+    /// so the cause is shared.
+    #[error("the write transaction failed")]
+    Commit(#[source] Arc<StoreError>),
+    #[error("cannot start the store's writer thread")]
+    WriterThread(#[source] std::io::Error),
 }
 
-type Reply = Box<dyn FnOnce(Result<(), &StoreError>) + Send>;
+type Reply = Box<dyn FnOnce(Result<(), &Arc<StoreError>>) + Send>;
 /// A queued write. It is called with the connection inside the batch's transaction, or with
 /// `None` when that transaction could not even begin; either way it returns the reply to send
 /// once the batch's fate is known.
@@ -81,7 +85,7 @@ impl Store {
         std::thread::Builder::new()
             .name("store-writer".into())
             .spawn(move || write_loop(conn, jobs))
-            .map_err(|e| StoreError::Commit(format!("cannot start the writer thread: {e}")))?;
+            .map_err(StoreError::WriterThread)?;
         Ok(Store {
             writer,
             readers: Arc::new(ReaderPool {
@@ -102,12 +106,14 @@ impl Store {
         let (tx, rx) = oneshot::channel();
         let job: WriteJob = Box::new(move |conn| {
             let outcome = conn.map(|conn| in_savepoint(conn, f));
-            Box::new(move |commit: Result<(), &StoreError>| {
+            Box::new(move |commit: Result<(), &Arc<StoreError>>| {
                 let reply = match (outcome, commit) {
                     (Some(Err(e)), _) => Err(e),
                     (Some(Ok(value)), Ok(())) => Ok(value),
-                    (_, Err(e)) => Err(StoreError::Commit(e.to_string())),
-                    (None, Ok(())) => Err(StoreError::Commit("the write never ran".into())),
+                    (_, Err(e)) => Err(StoreError::Commit(e.clone())),
+                    // The writer calls a job without a connection only with an error; were it
+                    // ever otherwise, the write did not happen.
+                    (None, Ok(())) => Err(StoreError::Closed),
                 };
                 let _ = tx.send(reply);
             })
@@ -172,7 +178,7 @@ fn write_loop(conn: Connection, jobs: std::sync::mpsc::Receiver<WriteJob>) {
         }
         let begun = conn
             .execute_batch("BEGIN IMMEDIATE")
-            .map_err(StoreError::from);
+            .map_err(|e| Arc::new(StoreError::from(e)));
         if let Err(e) = begun {
             tracing::error!(error = %e, "cannot begin a write transaction");
             for job in batch {
@@ -181,7 +187,9 @@ fn write_loop(conn: Connection, jobs: std::sync::mpsc::Receiver<WriteJob>) {
             continue;
         }
         let replies: Vec<Reply> = batch.into_iter().map(|job| job(Some(&conn))).collect();
-        let committed = conn.execute_batch("COMMIT").map_err(StoreError::from);
+        let committed = conn
+            .execute_batch("COMMIT")
+            .map_err(|e| Arc::new(StoreError::from(e)));
         if let Err(e) = &committed {
             tracing::error!(error = %e, "group commit failed");
             let _ = conn.execute_batch("ROLLBACK");
