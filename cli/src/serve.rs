@@ -42,9 +42,18 @@ pub struct ServeArgs {
     #[arg(long, env = "DURABLE_MCP_RETENTION_INTERVAL", default_value = "10m", value_parser = humantime::parse_duration)]
     pub retention_interval: Duration,
 
-    /// Tasks advanced at the same time; further ones wait as `pending`.
-    #[arg(long, env = "DURABLE_MCP_MAX_RUNNING_TASKS", default_value_t = 32)]
+    /// Tasks doing work at the same time; further ones wait as `pending`, in order. A task whose
+    /// step waits (I/O, a simulated delay) lends its slot to another while it waits, so this
+    /// bounds CPU and database work, not how many tasks make progress: thousands of mostly
+    /// waiting tasks all advance. 32 keeps a small machine's cores and the single SQLite writer
+    /// busy without letting a burst of compute-heavy tasks starve requests.
+    #[arg(long, env = "DURABLE_MCP_MAX_RUNNING_TASKS", default_value_t = 32, value_parser = parse_at_least_one)]
     pub max_running_tasks: usize,
+
+    /// Notifications a session may fall behind (a slow client, a stalled connection) before it
+    /// is resynchronised: sent the current state of what it follows instead of each change.
+    #[arg(long, env = "DURABLE_MCP_NOTIFICATION_BUFFER", default_value_t = 1024, value_parser = parse_at_least_one)]
+    pub notification_buffer: usize,
 
     /// An MCP session with no request and no open stream for this long is deleted with its
     /// stored events; its client gets 404 and initializes again.
@@ -105,6 +114,7 @@ impl ServeArgs {
             retention: self.retention,
             retention_interval: self.retention_interval,
             max_running_tasks: self.max_running_tasks,
+            notification_buffer: self.notification_buffer,
             session_ttl: self.session_ttl,
             event_max_age: self.event_max_age,
             sse_retry: self.sse_retry,
@@ -115,6 +125,14 @@ impl ServeArgs {
             dashboard_dir: self.dashboard_dir,
             shutdown_grace: self.shutdown_grace,
         }
+    }
+}
+
+fn parse_at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(value) => Ok(value),
+        Err(_) => Err(format!("{text:?} is not a whole number")),
     }
 }
 

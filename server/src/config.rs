@@ -20,8 +20,12 @@ pub struct Config {
     pub retention: Duration,
     /// How often expired tasks are looked for.
     pub retention_interval: Duration,
-    /// Tasks advanced at the same time; further ones wait as `pending`.
+    /// Tasks doing work at the same time; further ones wait as `pending`. A task whose step
+    /// waits (I/O, a simulated delay) lends its slot to another while it waits.
     pub max_running_tasks: usize,
+    /// Notifications a session may fall behind before it is resynchronised from the store
+    /// (sent the current state of what it follows instead of each change).
+    pub notification_buffer: usize,
     /// An MCP session with no request and no open stream for this long is deleted with its
     /// stored events; its client gets 404 and initializes again.
     pub session_ttl: Duration,

@@ -13,6 +13,11 @@ use crate::TaskStatus;
 /// `task://status/{task_id}` shows it right after the change.
 pub const TASK_META_KEY: &str = "durable-mcp/task";
 
+/// Key in the `_meta` of a `notifications/resources/updated` for a `task://list` resource
+/// holding the tasks the list shows now: sent to a subscriber that fell behind and missed
+/// changes, instead of each of them.
+pub const TASK_LIST_META_KEY: &str = "durable-mcp/tasks";
+
 /// HTTP header naming a client's persistent identity (its tasks outlive its MCP sessions).
 pub const CLIENT_ID_HEADER: &str = "x-client-id";
 

@@ -19,7 +19,7 @@ use durable_shared::{TaskInfo, TaskStatus};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, LoggingMessageNotificationParam,
+    CallToolRequestParams, CallToolResult, LoggingMessageNotificationParam, NotificationMetaObject,
     ProgressNotificationParam, ProgressToken, ReadResourceRequestParams,
     ResourceUpdatedNotificationParam,
 };
@@ -258,7 +258,12 @@ impl Drop for Server {
 #[derive(Debug, Clone)]
 pub enum Note {
     Progress(ProgressNotificationParam),
-    ResourceUpdated(String),
+    /// A resource changed; `meta` is the notification's `_meta` (the changed task, or a
+    /// list's tasks after a resynchronisation).
+    ResourceUpdated {
+        uri: String,
+        meta: Option<Value>,
+    },
     Log(LoggingMessageNotificationParam),
 }
 
@@ -286,9 +291,21 @@ impl ClientHandler for Recorder {
     async fn on_resource_updated(
         &self,
         params: ResourceUpdatedNotificationParam,
-        _context: NotificationContext<RoleClient>,
+        context: NotificationContext<RoleClient>,
     ) {
-        self.push(Note::ResourceUpdated(params.uri));
+        // rmcp 3.11 moves a notification's `_meta` out of its params into the notification's
+        // extensions, and hands those over before it reads `context.meta` from them.
+        let meta = params
+            .meta
+            .or_else(|| context.extensions.get::<NotificationMetaObject>().cloned())
+            .unwrap_or(context.meta)
+            .0
+            .0;
+        let meta = (!meta.is_empty()).then_some(Value::Object(meta));
+        self.push(Note::ResourceUpdated {
+            uri: params.uri,
+            meta,
+        });
     }
 
     async fn on_logging_message(

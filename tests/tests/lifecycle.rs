@@ -208,3 +208,47 @@ async fn sigterm_checkpoints_exits_and_the_task_resumes_at_next_start() {
     );
     client.close().await;
 }
+
+/// Tasks that mostly wait lend their running slot while they wait: with two slots, ten such
+/// tasks all run and advance together, where a slot held for a task's whole run would keep
+/// eight of them pending until the first two finished.
+#[tokio::test]
+async fn waiting_tasks_lend_their_slots_so_all_of_them_advance() {
+    const TASKS: usize = 10;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        dir.path(),
+        &["--time-scale", "0.01", "--max-running-tasks", "2"],
+    )
+    .await;
+    let client = Client::connect(&server.mcp_url(), None).await;
+    // 0.1 s of waiting per step, 200 steps: 20 s for a task alone.
+    let args = json!({"batch_size": 1, "total_items": 200, "processing_delay": 10});
+    let mut ids = Vec::new();
+    for _ in 0..TASKS {
+        ids.push(task_id(
+            &client.call_ok("start_batch_processing", args.clone()).await,
+        ));
+    }
+    within(TASK_LIMIT, "every task advancing at once", async {
+        loop {
+            let mut advancing = 0;
+            for id in &ids {
+                let task = client.task(id).await;
+                assert_ne!(task.status, TaskStatus::Completed, "{id} finished first");
+                if task.status == TaskStatus::Running && task.progress > 0 {
+                    advancing += 1;
+                }
+            }
+            if advancing == TASKS {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    for id in &ids {
+        client.call_ok("cancel_task", json!({"task_id": id})).await;
+    }
+    client.close().await;
+}

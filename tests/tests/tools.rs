@@ -248,7 +248,7 @@ async fn resources_show_tasks_and_subscribers_hear_of_every_change() {
             let updated = |target: &str| {
                 notes
                     .iter()
-                    .filter(|note| matches!(note, Note::ResourceUpdated(u) if u == target))
+                    .filter(|note| matches!(note, Note::ResourceUpdated { uri, .. } if uri == target))
                     .count()
             };
             let completed_log = notes.iter().any(|note| {

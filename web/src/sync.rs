@@ -8,7 +8,7 @@ use std::rc::Rc;
 use durable_shared::form::fields;
 use durable_shared::kinds::kind_of_start_tool;
 use durable_shared::{EventId, TaskStatus};
-use durable_shared::{TASK_META_KEY, TaskInfo, TaskList, list_uri, status_uri};
+use durable_shared::{TASK_LIST_META_KEY, TASK_META_KEY, TaskInfo, TaskList, list_uri, status_uri};
 use leptos::prelude::*;
 use serde_json::{Value, json};
 use wasm_bindgen_futures::JsFuture;
@@ -219,23 +219,31 @@ async fn follow(
         if message["method"] != "notifications/resources/updated" {
             continue;
         }
-        let Ok(task) =
-            serde_json::from_value::<TaskInfo>(message["params"]["_meta"][TASK_META_KEY].clone())
-        else {
-            continue;
+        let meta = &message["params"]["_meta"];
+        // One changed task, or, after this session fell behind, a list's current tasks.
+        let changed: Vec<TaskInfo> = match serde_json::from_value(meta[TASK_META_KEY].clone()) {
+            Ok(task) => vec![task],
+            Err(_) => serde_json::from_value(meta[TASK_LIST_META_KEY].clone()).unwrap_or_default(),
         };
-        let is_new = dash
-            .tasks
-            .with_untracked(|tasks| !tasks.contains_key(&task.task_id));
-        if is_new && !task.status.is_terminal() {
-            let (mcp, task_id) = (mcp.clone(), task.task_id.clone());
-            leptos::task::spawn_local(async move {
-                let _ = subscribe(&mcp, &status_uri(&task_id)).await;
-            });
+        for task in changed {
+            apply_change(mcp, dash, &id, task);
         }
-        dash.apply_event(&id, task);
     }
     Ok(())
+}
+
+/// Applies a task's new state, following it from now on if it is new and still live.
+fn apply_change(mcp: &Rc<Mcp>, dash: Dashboard, event_id: &str, task: TaskInfo) {
+    let is_new = dash
+        .tasks
+        .with_untracked(|tasks| !tasks.contains_key(&task.task_id));
+    if is_new && !task.status.is_terminal() {
+        let (mcp, task_id) = (mcp.clone(), task.task_id.clone());
+        leptos::task::spawn_local(async move {
+            let _ = subscribe(&mcp, &status_uri(&task_id)).await;
+        });
+    }
+    dash.apply_event(event_id, task);
 }
 
 /// Switches "replaying" to "connected" once no event came for a moment.

@@ -28,6 +28,7 @@ pub fn config(db: &Path, data: &Path) -> Config {
         retention: 24 * 7 * hour,
         retention_interval: hour / 6,
         max_running_tasks: 32,
+        notification_buffer: 256,
         session_ttl: hour,
         event_max_age: 24 * hour,
         sse_retry: Duration::from_secs(3),

@@ -19,8 +19,10 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
+use tokio::sync::OwnedSemaphorePermit;
 
 use super::runner::{self, RunContext};
+use super::slots;
 
 /// What a kind can use while planning and stepping.
 #[derive(Debug, Clone)]
@@ -32,12 +34,13 @@ pub struct Env {
 }
 
 impl Env {
-    /// Sleeps for `seconds` of simulated work, scaled by `--time-scale`. The engine drops a step
-    /// that is sleeping here when its task is paused or cancelled.
+    /// Waits `seconds` of simulated work, scaled by `--time-scale`. The task's running slot is
+    /// lent to another task for the wait, as for any I/O-bound wait. The engine drops a step
+    /// that is waiting here when its task is paused or cancelled.
     pub async fn pace(&self, seconds: f64) {
         let scaled = (seconds * self.time_scale).max(0.0);
         if scaled > 0.0 {
-            tokio::time::sleep(Duration::from_secs_f64(scaled)).await;
+            slots::released(tokio::time::sleep(Duration::from_secs_f64(scaled))).await;
         }
     }
 
@@ -192,7 +195,7 @@ pub(crate) trait ErasedKind: Send + Sync {
     fn name(&self) -> &'static str;
     fn info(&self) -> KindInfo;
     fn plan(&self, params: Value, env: &Env) -> Result<Planned, ParamError>;
-    fn run(self: Arc<Self>, ctx: RunContext) -> BoxFuture<'static, ()>;
+    fn run(self: Arc<Self>, ctx: RunContext, slot: OwnedSemaphorePermit) -> BoxFuture<'static, ()>;
 }
 
 pub(crate) struct Erased<K>(pub K);
@@ -227,8 +230,8 @@ impl<K: TaskKind> ErasedKind for Erased<K> {
         })
     }
 
-    fn run(self: Arc<Self>, ctx: RunContext) -> BoxFuture<'static, ()> {
-        Box::pin(runner::run(self, ctx))
+    fn run(self: Arc<Self>, ctx: RunContext, slot: OwnedSemaphorePermit) -> BoxFuture<'static, ()> {
+        Box::pin(runner::run(self, ctx, slot))
     }
 }
 

@@ -7,6 +7,7 @@
 
 mod kind;
 mod runner;
+mod slots;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,7 +19,7 @@ use durable_shared::kinds::ParamError;
 use durable_shared::{CheckpointStats, ServerStats, TaskInfo, TaskStatus};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use tokio::sync::{Semaphore, broadcast};
+use tokio::sync::{OwnedSemaphorePermit, broadcast, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -107,7 +108,8 @@ impl TaskEvent {
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     pub env: Env,
-    /// Tasks advanced at once; the others wait as `pending`.
+    /// Tasks advanced at once; the others wait as `pending`. A task whose step waits (see
+    /// [`Env::pace`]) does not count while it waits.
     pub max_running: usize,
 }
 
@@ -141,14 +143,23 @@ impl EngineBuilder {
                 kind_infos,
                 env: config.env,
                 events,
+                watchers: Mutex::default(),
                 workers: Mutex::new(HashMap::new()),
                 next_generation: AtomicU64::new(0),
-                slots: Arc::new(Semaphore::new(config.max_running.max(1))),
+                queue: slots::Queue::new(config.max_running),
                 tracker: TaskTracker::new(),
                 shutdown,
                 secret,
             }),
         };
+        let admitter = engine.inner.clone();
+        engine.inner.tracker.spawn(async move {
+            let shutdown = admitter.shutdown.clone();
+            admitter
+                .queue
+                .run_admitter(shutdown, |queued, slot| admitter.start_worker(queued, slot))
+                .await;
+        });
         let unfinished = engine.inner.store.unfinished_task_ids().await?;
         if !unfinished.is_empty() {
             tracing::info!(count = unfinished.len(), "resuming unfinished tasks");
@@ -173,11 +184,14 @@ pub(crate) struct Inner {
     kind_infos: Vec<KindInfo>,
     env: Env,
     events: broadcast::Sender<TaskEvent>,
+    /// The latest committed state of each task someone waits on (see [`Engine::watch`]).
+    watchers: Mutex<Watchers>,
     /// The live worker of each task being advanced in this process. A std mutex: it is held for
     /// a map operation only, never across an await.
     workers: Mutex<HashMap<String, Worker>>,
     next_generation: AtomicU64,
-    slots: Arc<Semaphore>,
+    /// Workers waiting for a running slot, and the slots.
+    queue: slots::Queue<Queued>,
     tracker: TaskTracker,
     shutdown: CancellationToken,
     secret: [u8; 32],
@@ -188,10 +202,55 @@ struct Worker {
     generation: u64,
 }
 
+/// A worker that waits for a running slot: no tokio task yet, just what starts one.
+pub(crate) struct Queued {
+    kind: Arc<dyn ErasedKind>,
+    ctx: RunContext,
+}
+
+#[derive(Default)]
+struct Watchers {
+    by_task: HashMap<String, watch::Sender<Option<TaskInfo>>>,
+    /// Size at which watchers nobody holds any more are swept; grows with the live ones, so
+    /// sweeping costs amortised O(1) per watch.
+    sweep_at: usize,
+}
+
+/// The latest committed state of one task, from [`Engine::watch`].
+pub struct TaskWatch(watch::Receiver<Option<TaskInfo>>);
+
+impl TaskWatch {
+    /// Waits for the task's next committed change and returns its state then (changes in
+    /// between are skipped: only the latest counts). `None` once the task has ended (its final
+    /// state was returned before) or the engine is gone: read it from the engine.
+    pub async fn changed(&mut self) -> Option<TaskInfo> {
+        self.0.changed().await.ok()?;
+        self.0.borrow_and_update().clone()
+    }
+}
+
 impl Inner {
     fn publish(&self, event: TaskEvent) {
+        {
+            let mut watchers = self.watchers.lock().expect("watchers lock");
+            let task = &event.task;
+            if let Some(watcher) = watchers.by_task.get(&task.task_id) {
+                watcher.send_replace(Some(task.clone()));
+                // Nothing follows a terminal state; a watcher nobody holds is not needed.
+                if task.status.is_terminal() || watcher.receiver_count() == 0 {
+                    watchers.by_task.remove(&task.task_id);
+                }
+            }
+        }
         // No receiver is fine: nobody is watching.
         let _ = self.events.send(event);
+    }
+
+    fn start_worker(&self, queued: Queued, slot: OwnedSemaphorePermit) {
+        // Paused, cancelled or superseded while it waited: dropping it frees its table entry.
+        if !queued.ctx.stop.is_cancelled() {
+            self.tracker.spawn(queued.kind.run(queued.ctx, slot));
+        }
     }
 
     fn spawn_worker(self: &Arc<Self>, task_id: String, kind: &str) {
@@ -222,7 +281,9 @@ impl Inner {
             stop,
             generation,
         };
-        self.tracker.spawn(kind.run(ctx));
+        if let Some((queued, slot)) = self.queue.admit_or_queue(Queued { kind, ctx }) {
+            self.start_worker(queued, slot);
+        }
     }
 
     fn stop_worker(&self, task_id: &str) {
@@ -288,14 +349,40 @@ impl Engine {
             .await?)
     }
 
+    /// Every live handle on a task that has not ended.
+    pub async fn unfinished_handles(&self) -> Result<Vec<TaskHandle>, EngineError> {
+        Ok(self.inner.store.unfinished_handles().await?)
+    }
+
     /// The registered kinds, by name.
     pub fn kinds(&self) -> &[KindInfo] {
         &self.inner.kind_infos
     }
 
-    /// Every committed change from now on.
+    /// Every committed change from now on, of every task: for one listener that routes them.
     pub fn subscribe(&self) -> broadcast::Receiver<TaskEvent> {
         self.inner.events.subscribe()
+    }
+
+    /// Follows one task's committed changes. Take the watch before reading the task, so that
+    /// no change after the read is missed.
+    pub fn watch(&self, task_id: &str) -> TaskWatch {
+        let mut watchers = self.inner.watchers.lock().expect("watchers lock");
+        if watchers.by_task.len() >= watchers.sweep_at {
+            watchers
+                .by_task
+                .retain(|_, watcher| watcher.receiver_count() > 0);
+            watchers.sweep_at = (watchers.by_task.len() * 2).max(64);
+        }
+        let receiver = match watchers.by_task.get(task_id) {
+            Some(watcher) => watcher.subscribe(),
+            None => {
+                let (watcher, receiver) = watch::channel(None);
+                watchers.by_task.insert(task_id.to_owned(), watcher);
+                receiver
+            }
+        };
+        TaskWatch(receiver)
     }
 
     fn planned(
@@ -460,9 +547,10 @@ impl Engine {
         Ok(self.inner.store.list_tasks(owner, status, limit).await?)
     }
 
-    /// Workers currently advancing a task in this process.
+    /// Workers currently advancing a task in this process (not those waiting for a slot).
     pub fn active_workers(&self) -> usize {
-        self.inner.workers.lock().expect("worker table lock").len()
+        let workers = self.inner.workers.lock().expect("worker table lock").len();
+        workers.saturating_sub(self.inner.queue.len())
     }
 
     pub async fn stats(&self) -> Result<ServerStats, EngineError> {

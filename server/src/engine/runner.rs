@@ -8,10 +8,11 @@
 
 use std::sync::Arc;
 
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use super::kind::{Erased, Step, TaskKind};
-use super::{Inner, Milestone, TaskEvent};
+use super::{Inner, Milestone, TaskEvent, slots};
 use crate::store::StepCommit;
 
 pub(crate) struct RunContext {
@@ -29,17 +30,21 @@ impl Drop for RunContext {
     }
 }
 
-pub(crate) async fn run<K: TaskKind>(kind: Arc<Erased<K>>, ctx: RunContext) {
+pub(crate) async fn run<K: TaskKind>(
+    kind: Arc<Erased<K>>,
+    ctx: RunContext,
+    slot: OwnedSemaphorePermit,
+) {
+    let slots = ctx.engine.queue.slots().clone();
+    slots::holding(slots, slot, advance(kind, ctx)).await;
+}
+
+async fn advance<K: TaskKind>(kind: Arc<Erased<K>>, ctx: RunContext) {
     let engine = ctx.engine.clone();
     let id = ctx.task_id.as_str();
-    let _permit = tokio::select! {
-        biased;
-        _ = ctx.stop.cancelled() => return,
-        permit = engine.slots.clone().acquire_owned() => match permit {
-            Ok(permit) => permit,
-            Err(_) => return,
-        },
-    };
+    if ctx.stop.is_cancelled() {
+        return;
+    }
     let row = match engine.store.claim_task(id).await {
         Ok(Some(row)) => row,
         Ok(None) => return,
@@ -48,6 +53,11 @@ pub(crate) async fn run<K: TaskKind>(kind: Arc<Erased<K>>, ctx: RunContext) {
             return;
         }
     };
+    // Paused, cancelled or superseded while claiming: a successor may be running already, and
+    // this worker's `restore` must not touch what the successor restored.
+    if ctx.stop.is_cancelled() {
+        return;
+    }
     let lease = row.lease;
     let mut step = row.info.step;
     let milestone = if step == 0 {

@@ -191,7 +191,13 @@ fn router(
         default: DEFAULT_TASK_TTL.min(config.retention),
         max: config.retention,
     };
-    let shared = Shared::new(engine, streams.clone(), task_ttl, shutdown.clone());
+    let shared = Shared::new(
+        engine,
+        streams.clone(),
+        task_ttl,
+        config.notification_buffer,
+        shutdown.clone(),
+    );
     let mcp = StreamableHttpService::new(
         move || Ok(DurableServer::new(shared.clone())),
         sessions,

@@ -1,8 +1,8 @@
 //! The MCP surface: tools, resources, subscriptions and logging, on top of the engine.
 //!
 //! rmcp creates one [`DurableServer`] per MCP session; what is shared between sessions (the
-//! engine) sits behind cheap clones, what belongs to one session (its subscriptions, log level
-//! and client id) in [`SessionState`].
+//! engine, the routing index of who listens to what) sits behind cheap clones, what belongs to
+//! one session (its place in that index, its log level) in [`SessionState`].
 //!
 //! MCP logging (`logging/setLevel`, `notifications/message`) is deprecated by SEP-2577, but the
 //! 2025-11-25 clients this server serves use it, so this module allows the deprecation.
@@ -13,11 +13,11 @@ mod notify;
 mod prompts;
 pub mod relay;
 mod resources;
+mod routes;
 mod tasks;
 mod tools;
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::model::{
@@ -60,13 +60,18 @@ pub struct Shared {
     tool_router: ToolRouter<DurableServer>,
     /// The task-only `run_{kind}` tools of the background kinds (answered by `tasks`).
     task_tools: Vec<(Tool, &'static str)>,
+    /// Which sessions listen to which tasks.
+    routes: Arc<routes::Routes>,
 }
 
 impl Shared {
+    /// Builds what sessions share and starts routing the engine's events to them; a session
+    /// may fall `notification_buffer` events behind before it is resynchronised from the store.
     pub fn new(
         engine: Engine,
         streams: StreamStore,
         task_ttl: TaskTtl,
+        notification_buffer: usize,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
         let mut tool_router = DurableServer::tool_router();
@@ -77,37 +82,48 @@ impl Shared {
                 task_tools.push((tasks::task_only_tool(kind), kind.name));
             }
         }
-        Arc::new(Shared {
+        let shared = Arc::new(Shared {
             engine,
             streams,
             shutdown,
             task_ttl,
             tool_router,
             task_tools,
-        })
+            routes: routes::Routes::new(notification_buffer),
+        });
+        tokio::spawn(notify::route_events(shared.clone()));
+        shared
     }
 }
 
 /// What belongs to one MCP session.
-#[derive(Default)]
 struct SessionState {
-    /// Resource URIs this session subscribed to.
-    subscriptions: Mutex<HashSet<String>>,
-    /// Lowest level of log notifications this session wants.
-    log_level: Mutex<Option<LoggingLevel>>,
-    /// The client id its requests carry, once known; milestones of its tasks are logged to it.
-    client_id: Mutex<Option<String>>,
-    /// Set once the notification forwarder runs.
-    forwarder: OnceLock<()>,
+    /// The session's place in the routing index (its subscriptions and client id live there);
+    /// dropped with the session.
+    route: routes::Registration,
+    /// Its queue of notifications, until the forwarder takes it.
+    inbox: Mutex<Option<routes::Inbox>>,
+    /// Lowest level of log notifications this session wants (shared with its forwarder).
+    log_level: Arc<Mutex<Option<LoggingLevel>>>,
 }
 
 impl DurableServer {
     /// A new session's server.
     pub fn new(shared: Arc<Shared>) -> Self {
+        let (route, inbox) = shared.routes.register();
+        let session = SessionState {
+            route,
+            inbox: Mutex::new(Some(inbox)),
+            log_level: Arc::default(),
+        };
         DurableServer {
             shared,
-            session: Arc::default(),
+            session: Arc::new(session),
         }
+    }
+
+    fn key(&self) -> routes::SessionKey {
+        self.session.route.key
     }
 
     /// Resolves the caller's persistent client id: an explicit argument first, then the
@@ -128,7 +144,7 @@ impl DurableServer {
             .or_else(|| header(CLIENT_ID_HEADER))
             .or_else(|| header("mcp-session-id"))
             .unwrap_or_else(|| "anonymous".to_owned());
-        *self.session.client_id.lock().expect("client id lock") = Some(id.clone());
+        self.shared.routes.set_client(self.key(), &id);
         id
     }
 }
@@ -217,14 +233,13 @@ impl ServerHandler for DurableServer {
         };
         if let Some(session_id) = header("mcp-session-id") {
             let client_id = header(CLIENT_ID_HEADER).unwrap_or_else(|| session_id.clone());
-            *self.session.client_id.lock().expect("client id lock") = Some(client_id);
+            self.shared.routes.set_client(self.key(), &client_id);
             match self.shared.streams.subscriptions(&session_id).await {
-                Ok(uris) => self
-                    .session
-                    .subscriptions
-                    .lock()
-                    .expect("subscriptions lock")
-                    .extend(uris),
+                Ok(uris) => {
+                    for uri in uris {
+                        self.shared.routes.subscribe(self.key(), &uri);
+                    }
+                }
                 Err(e) => tracing::error!(error = %e, "cannot restore the session's subscriptions"),
             }
         }
@@ -353,11 +368,7 @@ impl ServerHandler for DurableServer {
         resources::check_subscribable(&self.shared.engine, &request.uri).await?;
         self.persist_subscription(&context, &request.uri, true)
             .await?;
-        self.session
-            .subscriptions
-            .lock()
-            .expect("subscriptions lock")
-            .insert(request.uri);
+        self.shared.routes.subscribe(self.key(), &request.uri);
         self.start_forwarder(context.peer);
         Ok(())
     }
@@ -373,11 +384,7 @@ impl ServerHandler for DurableServer {
     ) -> Result<(), McpError> {
         self.persist_subscription(&context, &request.uri, false)
             .await?;
-        self.session
-            .subscriptions
-            .lock()
-            .expect("subscriptions lock")
-            .remove(&request.uri);
+        self.shared.routes.unsubscribe(self.key(), &request.uri);
         Ok(())
     }
 }
@@ -463,7 +470,7 @@ mod tests {
             default: Duration::from_secs(60),
             max: Duration::from_secs(60),
         };
-        let shared = Shared::new(engine, streams, ttl, shutdown.clone());
+        let shared = Shared::new(engine, streams, ttl, 64, shutdown.clone());
         let start = shared.tool_router.get("start_echo").expect("a start tool");
         assert_eq!(start.description.as_deref(), Some(Echo::DESCRIPTION));
         assert_eq!(start.title.as_deref(), Some("Echo"));

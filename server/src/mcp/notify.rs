@@ -1,25 +1,33 @@
-//! Turns engine events into a session's notifications: `notifications/resources/updated` for
-//! the resources it subscribed to, `notifications/message` log lines for the milestones of its
-//! own tasks and of tasks it subscribed to, and MCP task status notifications for the tasks it
-//! holds a handle on.
+//! Turns engine events into notifications, for the sessions that care (see `routes`):
+//! `notifications/resources/updated` for the resources a session subscribed to,
+//! `notifications/message` log lines for the milestones of its client's tasks and of tasks it
+//! subscribed to, and MCP task status notifications for the tasks its client holds a handle on.
+//!
+//! One router task reads the engine's events and queues each for the interested sessions; each
+//! session's forwarder sends what its queue holds, so a slow session holds up only itself.
 #![allow(
     deprecated,
     reason = "logging is deprecated by SEP-2577 but 2025-11-25 clients use it"
 )]
 
-use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
-use durable_shared::{TASK_META_KEY, TaskStatus, status_uri};
+use durable_shared::{TASK_LIST_META_KEY, TASK_META_KEY, status_uri};
 use rmcp::model::{
-    LoggingLevel, LoggingMessageNotificationParam, MetaObject, NotificationMetaObject,
-    ResourceUpdatedNotificationParam,
+    CustomNotification, LoggingLevel, LoggingMessageNotificationParam, MetaObject,
+    NotificationMetaObject, ResourceUpdatedNotificationParam, ServerNotification,
+    TaskStatusNotificationParams,
 };
+use rmcp::service::ServiceError;
 use rmcp::{Peer, RoleServer};
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
-use super::{DurableServer, resources};
-use crate::engine::{MilestoneLevel, TaskEvent};
+use super::resources::{self, LIST_LIMIT, TaskUri};
+use super::routes::{Delivery, Inbox, Next, Routes, SessionKey};
+use super::tasks::{detailed_task, legacy_task, speaks_legacy_tasks};
+use super::{DurableServer, Shared};
+use crate::engine::{Engine, MilestoneLevel, TaskHandle};
 
 fn rank(level: LoggingLevel) -> u8 {
     match level {
@@ -34,93 +42,124 @@ fn rank(level: LoggingLevel) -> u8 {
     }
 }
 
-impl DurableServer {
-    /// Starts this session's forwarder once; it ends with the session's transport or the server.
-    pub(super) fn start_forwarder(&self, peer: Peer<RoleServer>) {
-        if self.session.forwarder.set(()).is_err() {
-            return;
+/// Reads the engine's events until shutdown and routes each to the sessions interested in it.
+/// The handles of unfinished tasks are loaded first, so their status changes reach their
+/// requesters across restarts.
+pub(super) async fn route_events(shared: Arc<Shared>) {
+    // Subscribed before loading, so no event after the load is missed.
+    let mut events = shared.engine.subscribe();
+    match shared.engine.unfinished_handles().await {
+        Ok(handles) => handles
+            .iter()
+            .for_each(|handle| shared.routes.add_handle(handle)),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot load task handles; their status changes go unannounced")
         }
-        let server = self.clone();
-        let mut events = self.shared.engine.subscribe();
-        tokio::spawn(async move {
-            let mut last_status: HashMap<String, TaskStatus> = HashMap::new();
-            loop {
-                let event = tokio::select! {
-                    _ = server.shared.shutdown.cancelled() => return,
-                    event = events.recv() => event,
-                };
-                let delivered = match event {
-                    Ok(event) => {
-                        let before =
-                            last_status.insert(event.task.task_id.clone(), event.task.status);
-                        server.forward(&peer, &event, before).await
-                    }
-                    Err(RecvError::Lagged(missed)) => {
-                        tracing::warn!(missed, "notification forwarder lagged; resynchronising");
-                        server.resync(&peer).await
-                    }
-                    Err(RecvError::Closed) => return,
-                };
-                if delivered.is_err() || peer.is_transport_closed() {
-                    return;
-                }
+    }
+    // What lagging sessions must be resynchronised from when the router itself falls behind.
+    let mut routed_up_to_ms = i64::MIN;
+    loop {
+        let event = tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            event = events.recv() => event,
+        };
+        match event {
+            Ok(event) => {
+                routed_up_to_ms = event.task.updated_at.timestamp_millis();
+                shared.routes.route(event);
             }
-        });
+            Err(RecvError::Lagged(missed)) => {
+                tracing::warn!(missed, "event router lagged; resynchronising every session");
+                shared.routes.all_lagging(routed_up_to_ms);
+            }
+            Err(RecvError::Closed) => return,
+        }
+    }
+}
+
+/// What a session's forwarder needs; it holds no part of the session, which leaves the routing
+/// index (ending the forwarder) when rmcp drops it.
+struct Forwarder {
+    shared: Arc<Shared>,
+    peer: Peer<RoleServer>,
+    key: SessionKey,
+    log_level: Arc<Mutex<Option<LoggingLevel>>>,
+}
+
+impl DurableServer {
+    /// Starts this session's forwarder once; it ends with the session, its transport or the
+    /// server.
+    pub(super) fn start_forwarder(&self, peer: Peer<RoleServer>) {
+        let Some(inbox) = self.session.inbox.lock().expect("inbox lock").take() else {
+            return;
+        };
+        let forwarder = Forwarder {
+            shared: self.shared.clone(),
+            peer,
+            key: self.session.route.key,
+            log_level: self.session.log_level.clone(),
+        };
+        tokio::spawn(forwarder.run(inbox));
+    }
+}
+
+impl Forwarder {
+    async fn run(self, mut inbox: Inbox) {
+        loop {
+            let next = tokio::select! {
+                _ = self.shared.shutdown.cancelled() => return,
+                next = inbox.next() => next,
+            };
+            // Boxed, so that the future of an idle forwarder, which most sessions' are, stays
+            // the size of a queue wait rather than of the largest send.
+            let sent = match next {
+                Some(Next::Deliver(delivery)) => Box::pin(self.deliver(delivery)).await,
+                Some(Next::Resync { since_ms }) => {
+                    tracing::warn!(
+                        session = self.key,
+                        "notifications fell behind; resynchronising"
+                    );
+                    Box::pin(self.resync(since_ms)).await
+                }
+                None => return,
+            };
+            if sent.is_err() || self.peer.is_transport_closed() {
+                return;
+            }
+        }
     }
 
-    async fn forward(
-        &self,
-        peer: &Peer<RoleServer>,
-        event: &TaskEvent,
-        before: Option<TaskStatus>,
-    ) -> Result<(), rmcp::service::ServiceError> {
+    fn routes(&self) -> &Routes {
+        &self.shared.routes
+    }
+
+    fn engine(&self) -> &Engine {
+        &self.shared.engine
+    }
+
+    async fn deliver(&self, delivery: Delivery) -> Result<(), ServiceError> {
+        let event = &delivery.routed.event;
         let task = &event.task;
-        if before != Some(task.status) {
-            self.notify_task_status(peer, task).await?;
+        if let Some(handle) = &delivery.handle {
+            self.task_status(handle.with(task.clone())).await?;
         }
-        let subscribed: Vec<String> = {
-            let subscriptions = self
-                .session
-                .subscriptions
-                .lock()
-                .expect("subscriptions lock");
-            resources::affected_by(&task.task_id, before, task.status)
-                .into_iter()
-                .filter(|uri| subscriptions.contains(uri))
-                .collect()
-        };
-        if !subscribed.is_empty() {
+        if !delivery.uris.is_empty() {
             // The task's new state rides along in `_meta`, so a subscriber (the dashboard) can
             // apply each change as it happened without reading the resource back.
-            let mut meta = serde_json::Map::new();
-            meta.insert(
-                TASK_META_KEY.into(),
-                serde_json::to_value(task).unwrap_or_default(),
-            );
-            let meta = NotificationMetaObject(MetaObject(meta));
-            for uri in &subscribed {
-                let mut param = ResourceUpdatedNotificationParam::new(uri.clone());
-                param.meta = Some(meta.clone());
-                peer.notify_resource_updated(param).await?;
+            let meta = meta(TASK_META_KEY, delivery.routed.task_json().clone());
+            for uri in &delivery.uris {
+                self.resource_updated(uri, Some(meta.clone())).await?;
             }
         }
         let Some(milestone) = &event.milestone else {
             return Ok(());
         };
-        let watching = subscribed.contains(&status_uri(&task.task_id))
-            || self
-                .session
-                .client_id
-                .lock()
-                .expect("client id lock")
-                .as_deref()
-                == Some(task.owner.as_str());
+        let watching = delivery.owner || delivery.uris.contains(&status_uri(&task.task_id));
         let level = match milestone.level {
             MilestoneLevel::Info => LoggingLevel::Info,
             MilestoneLevel::Error => LoggingLevel::Error,
         };
         let wanted = self
-            .session
             .log_level
             .lock()
             .expect("log level lock")
@@ -136,25 +175,102 @@ impl DurableServer {
                 }),
             );
             param.logger = Some("durable-mcp".into());
-            peer.notify_logging_message(param).await?;
+            self.peer.notify_logging_message(param).await?;
         }
         Ok(())
     }
 
-    /// After missing events, every subscribed resource may have changed.
-    async fn resync(&self, peer: &Peer<RoleServer>) -> Result<(), rmcp::service::ServiceError> {
-        let subscriptions: Vec<String> = self
-            .session
-            .subscriptions
-            .lock()
-            .expect("subscriptions lock")
-            .iter()
-            .cloned()
-            .collect();
-        for uri in subscriptions {
-            peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
-                .await?;
-        }
-        Ok(())
+    async fn resource_updated(
+        &self,
+        uri: &str,
+        meta: Option<NotificationMetaObject>,
+    ) -> Result<(), ServiceError> {
+        let mut param = ResourceUpdatedNotificationParam::new(uri.to_owned());
+        param.meta = meta;
+        self.peer.notify_resource_updated(param).await
     }
+
+    /// After missed deliveries: the current state of every subscribed resource, and the status
+    /// of each of the client's handles that changed since `since_ms`.
+    async fn resync(&self, since_ms: i64) -> Result<(), ServiceError> {
+        for uri in self.routes().subscriptions(self.key) {
+            let meta = match resources::parse(&uri) {
+                Ok(TaskUri::Status(id)) => match self.engine().get(id).await {
+                    Ok(task) => Some(meta(TASK_META_KEY, to_json(&task))),
+                    Err(e) => {
+                        tracing::warn!(error = %e, uri, "cannot resynchronise a subscription");
+                        None
+                    }
+                },
+                Ok(TaskUri::List(status)) => {
+                    match self.engine().list(None, status, LIST_LIMIT).await {
+                        Ok(tasks) => Some(meta(TASK_LIST_META_KEY, to_json(&tasks))),
+                        Err(e) => {
+                            tracing::warn!(error = %e, uri, "cannot resynchronise a subscription");
+                            None
+                        }
+                    }
+                }
+                // Other schemes never change.
+                Err(_) => continue,
+            };
+            self.resource_updated(&uri, meta).await?;
+        }
+        let Some(client) = self.routes().client(self.key) else {
+            return Ok(());
+        };
+        let mut after = None;
+        loop {
+            let page = match self.engine().handles(&client, after.clone(), 200).await {
+                Ok(page) => page,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot resynchronise task status notifications");
+                    return Ok(());
+                }
+            };
+            let Some(last) = page.last() else {
+                return Ok(());
+            };
+            after = Some((
+                last.task.created_at.timestamp_millis(),
+                last.task.task_id.clone(),
+            ));
+            for handle in page {
+                if handle.task.updated_at.timestamp_millis() >= since_ms {
+                    self.task_status(handle).await?;
+                }
+            }
+        }
+    }
+
+    /// An MCP task status notification, in the shape the session's client speaks (none to a
+    /// client that speaks neither).
+    async fn task_status(&self, handle: TaskHandle) -> Result<(), ServiceError> {
+        let Some(info) = self.peer.peer_info() else {
+            return Ok(());
+        };
+        let notification = if info.capabilities.supports_tasks() {
+            ServerNotification::TaskStatusNotification(rmcp::model::TaskStatusNotification::new(
+                TaskStatusNotificationParams::new(detailed_task(&handle)),
+            ))
+        } else if speaks_legacy_tasks(info.protocol_version.as_str()) {
+            ServerNotification::CustomNotification(CustomNotification::new(
+                "notifications/tasks/status",
+                Some(legacy_task(&handle)),
+            ))
+        } else {
+            return Ok(());
+        };
+        self.peer.send_notification(notification).await
+    }
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> Value {
+    serde_json::to_value(value).unwrap_or_default()
+}
+
+fn meta(key: &str, value: Value) -> NotificationMetaObject {
+    let mut meta = serde_json::Map::new();
+    meta.insert(key.into(), value);
+    NotificationMetaObject(MetaObject(meta))
 }

@@ -9,7 +9,6 @@
 
 use durable_shared::TaskInfo;
 use serde_json::{Value, json};
-use tokio::sync::broadcast::error::RecvError;
 
 use rmcp::model::ServerResult;
 
@@ -68,8 +67,8 @@ async fn relay(
     let request_id: Value = serde_json::from_str(&binding.request_id)?;
     let token: Value = serde_json::from_str(&binding.progress_token)?;
     let mut reported = last_reported(streams, &stream_id).await?;
-    // Subscribe before reading, so no change after the read can be missed.
-    let mut events = engine.subscribe();
+    // Watch before reading, so no change after the read can be missed.
+    let mut watch = engine.watch(&binding.task_id);
     let mut task = engine.get(&binding.task_id).await?;
     loop {
         if reported.is_none_or(|reported| task.progress > reported) {
@@ -89,13 +88,10 @@ async fn relay(
             streams.finish_binding(&binding.id).await?;
             return Ok(());
         }
-        task = loop {
-            match events.recv().await {
-                Ok(event) if event.task.task_id == binding.task_id => break event.task,
-                Ok(_) => {}
-                Err(RecvError::Lagged(_)) => break engine.get(&binding.task_id).await?,
-                Err(RecvError::Closed) => return Ok(()),
-            }
+        task = match watch.changed().await {
+            Some(task) => task,
+            // Ended: the stored state is the final one.
+            None => engine.get(&binding.task_id).await?,
         };
     }
 }

@@ -15,12 +15,12 @@ const LIST_PREFIX: &str = "task://list/";
 
 /// A parsed task resource URI.
 #[derive(Debug, PartialEq)]
-enum TaskUri<'a> {
+pub(super) enum TaskUri<'a> {
     Status(&'a str),
     List(Option<TaskStatus>),
 }
 
-fn parse(uri: &str) -> Result<TaskUri<'_>, McpError> {
+pub(super) fn parse(uri: &str) -> Result<TaskUri<'_>, McpError> {
     if let Some(id) = uri.strip_prefix(STATUS_PREFIX) {
         if id.is_empty() {
             return Err(McpError::invalid_params(

@@ -34,14 +34,12 @@ use durable_shared::kinds::{
 };
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CreateTaskResult, CustomNotification, DetailedTask,
-    ErrorCode, JsonObject, ProtocolVersion, ServerNotification, ServerResult, Task as McpTask,
-    TaskPayload, TaskStatus as McpStatus, TaskStatusNotificationParams, Tool,
+    CallToolRequestParams, CallToolResponse, CreateTaskResult, DetailedTask, ErrorCode, JsonObject,
+    ProtocolVersion, ServerResult, Task as McpTask, TaskPayload, TaskStatus as McpStatus, Tool,
 };
 use rmcp::service::RequestContext;
-use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Value, json};
-use tokio::sync::broadcast::error::RecvError;
 
 use super::error::{ApiError, cannot_cancel};
 use super::tools::{ProcessingToolParams, failure, final_outcome, to_params};
@@ -130,7 +128,7 @@ pub fn legacy_capability() -> Value {
 }
 
 /// Whether a session on `requested_version` speaks the 2025-11-25 Tasks utility.
-fn speaks_legacy_tasks(requested_version: &str) -> bool {
+pub(super) fn speaks_legacy_tasks(requested_version: &str) -> bool {
     negotiated(requested_version) >= ProtocolVersion::V_2025_11_25.as_str()
 }
 
@@ -170,7 +168,7 @@ fn mcp_status(task: &TaskInfo) -> (McpStatus, String) {
 }
 
 /// A handle in the 2025-11-25 `Task` shape.
-fn legacy_task(handle: &TaskHandle) -> Value {
+pub(super) fn legacy_task(handle: &TaskHandle) -> Value {
     let (status, message) = mcp_status(&handle.task);
     json!({
         "taskId": handle.task.task_id,
@@ -289,11 +287,14 @@ impl DurableServer {
         };
         // Last, so the session remembers the caller's own identity for status notifications.
         let requester = self.client_id(None, ctx);
-        self.shared
+        let handle = self
+            .shared
             .engine
             .attach_handle(&task.task_id, &requester, tool, ttl_ms)
             .await?
-            .ok_or_else(|| ApiError::Unavailable("the new task handle expired at once".into()))
+            .ok_or_else(|| ApiError::Unavailable("the new task handle expired at once".into()))?;
+        self.shared.routes.add_handle(&handle);
+        Ok(handle)
     }
 
     /// The caller's handle on `task_id`; another client's is an unknown task.
@@ -335,34 +336,31 @@ impl DurableServer {
         task_id: &str,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<TaskHandle, McpError> {
-        // Subscribe before reading, so an end right after the read is not missed.
-        let mut events = self.shared.engine.subscribe();
+        // Watch before reading, so an end right after the read is not missed.
+        let mut watch = self.shared.engine.watch(task_id);
         loop {
             let handle = self.owned_handle(task_id, ctx).await?;
             if handle.task.status.is_terminal() {
                 return Ok(handle);
             }
             loop {
-                let event = tokio::select! {
+                let changed = tokio::select! {
                     _ = ctx.ct.cancelled() => {
                         return Err(ApiError::Cancelled("request cancelled; the task continues".into()).into());
                     }
                     _ = self.shared.shutdown.cancelled() => {
                         return Err(ApiError::Unavailable("server is shutting down; ask again after it restarts".into()).into());
                     }
-                    event = events.recv() => event,
+                    changed = watch.changed() => changed,
                 };
-                match event {
-                    Ok(event)
-                        if event.task.task_id == handle.task.task_id
-                            && event.task.status.is_terminal() =>
-                    {
+                match changed {
+                    Some(task) if !task.status.is_terminal() => {}
+                    Some(_) => break,
+                    None => {
+                        // The watch ended with the task, so the next read sees its end; a new
+                        // watch makes sure this never spins, whatever ended it.
+                        watch = self.shared.engine.watch(task_id);
                         break;
-                    }
-                    Ok(_) => {}
-                    Err(RecvError::Lagged(_)) => break,
-                    Err(RecvError::Closed) => {
-                        return Err(ApiError::Unavailable("server is shutting down".into()).into());
                     }
                 }
             }
@@ -516,53 +514,6 @@ impl DurableServer {
             }
         }
         Ok(value)
-    }
-
-    /// Tells this session about a status change of `task`, if it holds a handle on it: in the
-    /// shape the session speaks.
-    pub(super) async fn notify_task_status(
-        &self,
-        peer: &Peer<RoleServer>,
-        task: &TaskInfo,
-    ) -> Result<(), rmcp::service::ServiceError> {
-        let Some(info) = peer.peer_info() else {
-            return Ok(());
-        };
-        let extension = info.capabilities.supports_tasks();
-        if !extension && !speaks_legacy_tasks(info.protocol_version.as_str()) {
-            return Ok(());
-        }
-        let Some(client_id) = self
-            .session
-            .client_id
-            .lock()
-            .expect("client id lock")
-            .clone()
-        else {
-            return Ok(());
-        };
-        let handle = match self.shared.engine.handle(&task.task_id, &client_id).await {
-            Ok(Some(handle)) => TaskHandle {
-                task: task.clone(),
-                ..handle
-            },
-            Ok(None) => return Ok(()),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot look up a task handle");
-                return Ok(());
-            }
-        };
-        let notification = if extension {
-            ServerNotification::TaskStatusNotification(rmcp::model::TaskStatusNotification::new(
-                TaskStatusNotificationParams::new(detailed_task(&handle)),
-            ))
-        } else {
-            ServerNotification::CustomNotification(CustomNotification::new(
-                "notifications/tasks/status",
-                Some(legacy_task(&handle)),
-            ))
-        };
-        peer.send_notification(notification).await
     }
 }
 

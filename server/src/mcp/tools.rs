@@ -17,7 +17,6 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, tool, tool_router};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio::sync::broadcast::error::RecvError;
 
 use super::DurableServer;
 use super::error::ApiError;
@@ -112,8 +111,6 @@ impl DurableServer {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         let owner = self.client_id(params.client_id.clone(), &ctx);
-        // Subscribe before attaching, so no change after the attach can be missed.
-        let mut events = self.shared.engine.subscribe();
         let task = match self
             .shared
             .engine
@@ -124,6 +121,9 @@ impl DurableServer {
             Err(e) => return tool_outcome(Err(e)),
         };
         let task_id = task.task_id.clone();
+        // Watch, then read again, so no change after the attach can be missed.
+        let mut watch = self.shared.engine.watch(&task_id);
+        let task = self.shared.engine.get(&task_id).await?;
         let progress_token = ctx.meta.get_progress_token();
         let binding = match (&progress_token, session_id(&ctx)) {
             (Some(token), Some(session_id)) => {
@@ -163,13 +163,13 @@ impl DurableServer {
                 _ = ctx.ct.cancelled() => {
                     return Err(McpError::invalid_request("request cancelled; the task continues", None));
                 }
-                event = events.recv() => match event {
-                    Ok(event) if event.task.task_id == task_id => event.task,
-                    Ok(_) => continue,
-                    Err(RecvError::Lagged(_)) => self.shared.engine.get(&task_id).await?,
-                    Err(RecvError::Closed) => {
-                        return Err(McpError::internal_error("server is shutting down", None));
-                    }
+                _ = self.shared.shutdown.cancelled() => {
+                    return Err(ApiError::Unavailable("server is shutting down; call again after it restarts".into()).into());
+                }
+                changed = watch.changed() => match changed {
+                    Some(task) => task,
+                    // Ended while unwatched: the stored state is the final one.
+                    None => self.shared.engine.get(&task_id).await?,
                 },
             };
         }

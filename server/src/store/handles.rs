@@ -128,6 +128,19 @@ impl Store {
         .await
     }
 
+    /// The live handles of tasks that have not ended, for routing their status changes.
+    pub async fn unfinished_handles(&self) -> Result<Vec<TaskHandle>, StoreError> {
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(&format!(
+                "{} AND tasks.status IN ('pending', 'running', 'paused')",
+                live_handles()
+            ))?;
+            let rows = stmt.query_map(rusqlite::named_params! {":now": now_ms()}, read_handle)?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+        .await
+    }
+
     /// Deletes handles past their ttl, and handles whose task the retention removed.
     pub async fn purge_expired_handles(&self) -> Result<u64, StoreError> {
         self.write(|conn| {

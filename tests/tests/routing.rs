@@ -1,0 +1,204 @@
+//! Notifications reach the sessions that follow a task, and no others; a session that falls
+//! behind ends with the current state of every task it follows.
+// resources/subscribe and logging are deprecated for 2026-07-28 but are how 2025-11-25 clients
+// follow resources and milestones, which is what these tests check.
+#![allow(deprecated)]
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use durable_shared::{TASK_LIST_META_KEY, TASK_META_KEY, TaskInfo, TaskStatus};
+use durable_tests::{Client, IO_TIMEOUT, Note, Server, within};
+use rmcp::model::SubscribeRequestParams;
+use serde_json::json;
+
+const TASK_LIMIT: Duration = Duration::from_secs(60);
+
+async fn subscribe(client: &Client, uri: &str) {
+    within(
+        IO_TIMEOUT,
+        "subscribe",
+        client
+            .service
+            .subscribe(SubscribeRequestParams::new(uri.to_owned())),
+    )
+    .await
+    .unwrap();
+}
+
+/// The task states carried by a client's `resources/updated` notifications for `uri`, in the
+/// order received (a resynchronisation contributes a list's tasks at once).
+fn states(client: &Client, uri: &str) -> Vec<TaskInfo> {
+    let mut states = Vec::new();
+    for note in client.notes() {
+        let Note::ResourceUpdated {
+            uri: updated,
+            meta: Some(meta),
+        } = note
+        else {
+            continue;
+        };
+        if updated != uri {
+            continue;
+        }
+        if let Ok(task) = serde_json::from_value::<TaskInfo>(meta[TASK_META_KEY].clone()) {
+            states.push(task);
+        } else if let Ok(tasks) =
+            serde_json::from_value::<Vec<TaskInfo>>(meta[TASK_LIST_META_KEY].clone())
+        {
+            states.extend(tasks);
+        }
+    }
+    states
+}
+
+/// Polls `done` until it gives a value; on timeout, fails showing what `client` received.
+async fn eventually<T>(client: &Client, what: &str, done: impl Fn() -> Option<T>) -> T {
+    let deadline = tokio::time::Instant::now() + IO_TIMEOUT;
+    loop {
+        if let Some(value) = done() {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}; notifications received: {:#?}",
+            client.notes()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn resyncs(client: &Client) -> usize {
+    client
+        .notes()
+        .iter()
+        .filter(|note| {
+            matches!(note, Note::ResourceUpdated { meta: Some(meta), .. }
+                if meta.get(TASK_LIST_META_KEY).is_some())
+        })
+        .count()
+}
+
+fn milestones(client: &Client) -> Vec<String> {
+    client
+        .notes()
+        .iter()
+        .filter_map(|note| match note {
+            Note::Log(log) => log.data["message"].as_str().map(str::to_owned),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_task_is_heard_of_by_its_subscribers_and_its_owner_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--time-scale", "0.01"]).await;
+    let url = server.mcp_url();
+    let subscriber = Client::connect(&url, Some("alice")).await;
+    let owner_elsewhere = Client::connect(&url, Some("alice")).await;
+    let stranger = Client::connect(&url, Some("bob")).await;
+    subscribe(&subscriber, "task://list").await;
+
+    let started = subscriber
+        .call_ok(
+            "start_batch_processing",
+            json!({"batch_size": 1, "total_items": 5, "processing_delay": 5}),
+        )
+        .await;
+    let id = started["task_id"].as_str().unwrap().to_owned();
+    let task = subscriber.wait_terminal(&id, TASK_LIMIT).await;
+    assert_eq!(task.status, TaskStatus::Completed);
+
+    // Every committed change, in order: created and claimed at step 0, then each step.
+    let seen = eventually(&subscriber, "the completed notification", || {
+        let seen = states(&subscriber, "task://list");
+        seen.last()
+            .is_some_and(|t| t.status == TaskStatus::Completed)
+            .then_some(seen)
+    })
+    .await;
+    let steps: Vec<u64> = seen.iter().map(|t| t.step).filter(|s| *s > 0).collect();
+    assert_eq!(steps, [1, 2, 3, 4, 5], "{seen:?}");
+    assert_eq!(resyncs(&subscriber), 0, "nothing fell behind");
+
+    // The owner's other session hears the milestones of its client's task, and no changes.
+    within(IO_TIMEOUT, "the owner's milestones", async {
+        while !milestones(&owner_elsewhere)
+            .iter()
+            .any(|m| m.ends_with("completed"))
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(
+        owner_elsewhere
+            .notes()
+            .iter()
+            .all(|note| matches!(note, Note::Log(_))),
+        "{:?}",
+        owner_elsewhere.notes()
+    );
+    // Another client with no subscription hears nothing at all.
+    let probe = stranger.read(&format!("task://status/{id}")).await;
+    assert_eq!(probe["status"], json!("completed"));
+    assert!(stranger.notes().is_empty(), "{:?}", stranger.notes());
+    for client in [subscriber, owner_elsewhere, stranger] {
+        client.close().await;
+    }
+}
+
+#[tokio::test]
+async fn a_session_that_falls_behind_ends_with_the_current_state_of_every_task() {
+    const TASKS: usize = 24;
+    const STEPS: u64 = 15;
+    let dir = tempfile::tempdir().unwrap();
+    // A queue of one notification: the session falls behind as soon as two changes come
+    // faster than one notification is stored and sent.
+    let server = Server::start(
+        dir.path(),
+        &["--time-scale", "0", "--notification-buffer", "1"],
+    )
+    .await;
+    let client = Client::connect(&server.mcp_url(), Some("flood")).await;
+    subscribe(&client, "task://list").await;
+    let mut ids = Vec::new();
+    for _ in 0..TASKS {
+        let started = client
+            .call_ok(
+                "start_batch_processing",
+                json!({"batch_size": 1, "total_items": STEPS}),
+            )
+            .await;
+        ids.push(started["task_id"].as_str().unwrap().to_owned());
+    }
+    for id in &ids {
+        client.wait_terminal(id, TASK_LIMIT).await;
+    }
+
+    let latest = eventually(&client, "every task's final state", || {
+        let mut latest: HashMap<String, TaskInfo> = HashMap::new();
+        for task in states(&client, "task://list") {
+            latest.insert(task.task_id.clone(), task);
+        }
+        ids.iter()
+            .all(|id| {
+                latest
+                    .get(id)
+                    .is_some_and(|t| t.status == TaskStatus::Completed)
+            })
+            .then_some(latest)
+    })
+    .await;
+    for id in &ids {
+        let task = &latest[id];
+        assert_eq!((task.progress, task.step), (STEPS, STEPS), "{task:?}");
+    }
+    assert!(
+        resyncs(&client) > 0,
+        "the flood should have made the session fall behind: {} notifications",
+        client.notes().len()
+    );
+    client.close().await;
+}
