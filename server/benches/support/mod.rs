@@ -1,4 +1,4 @@
-//! What both benchmarks need: the real server on `127.0.0.1:0` in-process, and an MCP session
+//! What the benchmarks need: the real server on `127.0.0.1:0` in-process, and an MCP session
 //! driven with plain HTTP.
 
 use std::path::Path;
@@ -65,6 +65,7 @@ impl Served {
     }
 }
 
+#[derive(Clone)]
 pub struct Session {
     pub http: reqwest::Client,
     pub url: String,
@@ -72,8 +73,13 @@ pub struct Session {
 }
 
 impl Session {
+    /// Opens a session on a client of its own (its own connection pool).
     pub async fn open(url: String) -> Session {
-        let http = reqwest::Client::new();
+        Session::open_with(reqwest::Client::new(), url).await
+    }
+
+    /// Opens a session on `http`, so that many sessions can share one connection pool.
+    pub async fn open_with(http: reqwest::Client, url: String) -> Session {
         let response = http
             .post(&url)
             .header("Accept", "application/json, text/event-stream")

@@ -1,0 +1,851 @@
+//! Prints how durable-mcp holds up under load, each figure beside a baseline measured in the
+//! same run (the machine is shared and noisy, so only the ratios mean much; nothing here
+//! asserts on time):
+//!
+//! 1. throughput and p99 latency of `ping`, `tools/call start_batch_processing` and
+//!    `resources/read task://status/{id}` with 16 sessions x 32 requests in flight, against an
+//!    in-memory ceiling: a small rmcp server built here from the same dependency tree that
+//!    answers the same calls from a `HashMap`;
+//! 2. the latency of one `start_*` call as idle sessions pile up (1 to 10,000), and of `ping`
+//!    while 40 long tasks run;
+//! 3. the resident memory of a server process, idle, with 1,000 idle sessions, with 1,000
+//!    mostly sleeping tasks, and with both;
+//! 4. how long a server SIGKILLed with 1,000 running tasks takes, once restarted, until every
+//!    task has committed a step again, beside the time to its first answered `ping`.
+//!
+//! Parts 3 and 4 need a server in its own process: the bench re-executes itself with
+//! `DURABLE_BENCH_ROLE=serve` (see [`child`]). Replay of missed events is `--bench streams`.
+//!
+//! Run with `cargo bench -p durable-mcp-server --bench load` (about 2 minutes on 2 cores).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use rusqlite::{Connection, OpenFlags};
+use serde_json::{Value, json};
+use support::{Session, serve};
+
+mod support;
+
+/// Concurrent sessions of the throughput runs, and requests each keeps in flight.
+const SESSIONS: usize = 16;
+const IN_FLIGHT: usize = 32;
+/// Each throughput run is timed (not counted), so a slow server gets as long as a fast one.
+const WARM_UP: Duration = Duration::from_millis(500);
+const MEASURED: Duration = Duration::from_secs(3);
+/// Sequential calls a latency p50 is taken over, unless they take longer than the budget: a
+/// call that takes seconds is measured often enough to know it.
+const SEQUENTIAL_CALLS: usize = 100;
+const SEQUENTIAL_BUDGET: Duration = Duration::from_secs(10);
+const MIN_SEQUENTIAL_CALLS: usize = 5;
+/// Idle sessions open beside the measuring one; the first level is the baseline.
+const IDLE_LEVELS: [usize; 4] = [1, 100, 1_000, 10_000];
+/// Sessions opened (and long tasks started) at once on one client: enough that 10,000 sessions
+/// open in seconds, and no more connections than that.
+const OPENING_CONCURRENCY: usize = 64;
+const LONG_TASKS_BESIDE_PING: usize = 40;
+/// Sessions and tasks of the memory and restart measurements.
+const CHILD_SESSIONS: usize = 1_000;
+const CHILD_TASKS: usize = 1_000;
+/// Seconds each step of a long task sleeps (the servers here run with time scale 1). Memory is
+/// measured with mostly sleeping tasks; restart uses short steps, since no task can commit a
+/// step sooner than one step's sleep after it is resumed.
+const SLEEPY_STEP: f64 = 1.0;
+const BRISK_STEP: f64 = 0.1;
+/// How long a wait on a server may take before the bench gives up.
+const PATIENCE: Duration = Duration::from_secs(120);
+
+const ROLE_VAR: &str = "DURABLE_BENCH_ROLE";
+
+/// The smallest task there is: one item in one batch, no delay, so it completes at once.
+fn instant_task() -> Value {
+    json!({"batch_size": 1, "total_items": 1, "processing_delay": 0})
+}
+
+/// A task that outlives the bench, sleeping `step` seconds before each of its steps.
+fn long_task(step: f64) -> Value {
+    json!({"batch_size": 1, "total_items": 1_000_000, "processing_delay": step})
+}
+
+fn start_request(id: u64, arguments: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+           "name": "start_batch_processing", "arguments": arguments}})
+}
+
+fn ping_request(id: u64) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "ping"})
+}
+
+fn read_request(id: u64, uri: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "resources/read", "params": {"uri": uri}})
+}
+
+/// The JSON-RPC result in a POST's SSE reply, panicking on an error or a failed tool call:
+/// a figure measured on failing requests would be meaningless.
+fn result(reply: &str) -> Value {
+    let message = reply
+        .split("\n\n")
+        .filter_map(durable_shared::sse::SseEvent::parse)
+        .find(|event| !event.is_priming())
+        .and_then(|event| serde_json::from_str::<Value>(&event.data).ok())
+        .unwrap_or_else(|| panic!("no JSON-RPC message in reply {reply:?}"));
+    let result = &message["result"];
+    assert!(
+        result.is_object() && result["isError"] != true,
+        "request failed: {message}"
+    );
+    result.clone()
+}
+
+/// Posts `body` on `session` and checks that it succeeded.
+async fn call(session: &Session, body: Value) -> Value {
+    result(&session.post(body).await)
+}
+
+fn quantile(sorted: &[Duration], q: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
+}
+
+/// Prints one figure of parts 2 to 4: what, how much, its ratio to the part's baseline, and
+/// the target or how the state was reached.
+fn row(label: &str, value: String, ratio: f64, note: &str) {
+    let line = format!("  {label:<42} {value:>11} {ratio:>8.2}x  {note}");
+    println!("{}", line.trim_end());
+}
+
+/// The p50 of up to `SEQUENTIAL_CALLS` requests sent one after the other, and how many were
+/// sent: sending stops early once `SEQUENTIAL_BUDGET` is spent and `MIN_SEQUENTIAL_CALLS` were.
+async fn sequential_p50(session: &Session, body: impl Fn(u64) -> Value) -> (Duration, usize) {
+    let started = Instant::now();
+    let mut latencies = Vec::with_capacity(SEQUENTIAL_CALLS);
+    while latencies.len() < SEQUENTIAL_CALLS
+        && (latencies.len() < MIN_SEQUENTIAL_CALLS || started.elapsed() < SEQUENTIAL_BUDGET)
+    {
+        let sent = Instant::now();
+        call(session, body(latencies.len() as u64)).await;
+        latencies.push(sent.elapsed());
+    }
+    latencies.sort();
+    (quantile(&latencies, 0.5), latencies.len())
+}
+
+/// Opens `count` sessions on one shared client, `OPENING_CONCURRENCY` at a time.
+async fn open_sessions(http: &reqwest::Client, url: &str, count: usize) -> Vec<Session> {
+    futures::stream::iter(0..count)
+        .map(|_| Session::open_with(http.clone(), url.to_owned()))
+        .buffer_unordered(OPENING_CONCURRENCY)
+        .collect()
+        .await
+}
+
+/// Builds the body of a request from its JSON-RPC id.
+type Request = Arc<dyn Fn(u64) -> Value + Send + Sync>;
+
+/// What a throughput run measured.
+struct Load {
+    per_second: f64,
+    p99: Duration,
+}
+
+/// The load generator, the same for both servers: `IN_FLIGHT` workers per session, each
+/// sending `request(id)` and reading the whole reply before the next, for `duration`.
+async fn load(sessions: &[Session], duration: Duration, request: Request) -> Load {
+    // JSON-RPC ids must not repeat among a session's requests in flight.
+    let ids = Arc::new(AtomicU64::new(1));
+    let started = Instant::now();
+    let deadline = started + duration;
+    let workers: Vec<_> = sessions
+        .iter()
+        .flat_map(|session| std::iter::repeat_n(session, IN_FLIGHT))
+        .map(|session| {
+            let (session, ids, request) = (session.clone(), ids.clone(), request.clone());
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                while Instant::now() < deadline {
+                    let body = request(ids.fetch_add(1, Ordering::Relaxed));
+                    let sent = Instant::now();
+                    call(&session, body).await;
+                    latencies.push(sent.elapsed());
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for worker in workers {
+        latencies.extend(worker.await.expect("load worker"));
+    }
+    let elapsed = started.elapsed();
+    latencies.sort();
+    Load {
+        per_second: latencies.len() as f64 / elapsed.as_secs_f64(),
+        p99: quantile(&latencies, 0.99),
+    }
+}
+
+/// Warms up, then measures one request type.
+async fn measure(sessions: &[Session], request: Request) -> Load {
+    load(sessions, WARM_UP, request.clone()).await;
+    load(sessions, MEASURED, request).await
+}
+
+/// Opens the sessions of a throughput run on `url`, and starts the task every read of it asks
+/// for, whose status URI comes back.
+async fn prepare(url: &str) -> (Vec<Session>, String) {
+    let mut sessions = Vec::new();
+    for _ in 0..SESSIONS {
+        sessions.push(Session::open(url.to_owned()).await);
+    }
+    let started = call(&sessions[0], start_request(0, instant_task())).await;
+    let uri = started["structuredContent"]["status_uri"]
+        .as_str()
+        .expect("a status link")
+        .to_owned();
+    (sessions, uri)
+}
+
+/// Part 1: throughput of durable-mcp against the in-memory ceiling, request type by request
+/// type, the two measured back to back so that both see the same machine.
+async fn throughput(dir: &Path) {
+    println!(
+        "1. throughput, {SESSIONS} sessions x {IN_FLIGHT} requests in flight, {} s per figure \
+         after {} ms of warm-up",
+        MEASURED.as_secs(),
+        WARM_UP.as_millis()
+    );
+    let ceiling = ceiling::serve().await;
+    let durable = serve(support::config(&dir.join("load.db"), &dir.join("data"))).await;
+    let (ceiling_sessions, ceiling_uri) = prepare(&ceiling.url).await;
+    let (durable_sessions, durable_uri) = prepare(&durable.url).await;
+
+    println!(
+        "  {:<24} {:>13} {:>9} {:>13} {:>9} {:>7}  target",
+        "request", "ceiling req/s", "p99", "durable req/s", "p99", "ratio"
+    );
+    let reads = |uri: String| -> Request { Arc::new(move |id| read_request(id, &uri)) };
+    let cases: [(&str, Request, Request, &str); 3] = [
+        ("ping", Arc::new(ping_request), Arc::new(ping_request), "-"),
+        (
+            "start_batch_processing",
+            Arc::new(|id| start_request(id, instant_task())),
+            Arc::new(|id| start_request(id, instant_task())),
+            ">= 0.50x",
+        ),
+        (
+            "resources/read status",
+            reads(ceiling_uri),
+            reads(durable_uri),
+            ">= 0.80x",
+        ),
+    ];
+    for (name, on_ceiling, on_durable, target) in cases {
+        let ceiling = measure(&ceiling_sessions, on_ceiling).await;
+        let durable = measure(&durable_sessions, on_durable).await;
+        println!(
+            "  {name:<24} {:>13.0} {:>7.1}ms {:>13.0} {:>7.1}ms {:>6.2}x  {target}",
+            ceiling.per_second,
+            ms(ceiling.p99),
+            durable.per_second,
+            ms(durable.p99),
+            durable.per_second / ceiling.per_second
+        );
+    }
+    drop((ceiling_sessions, durable_sessions));
+    durable.stop().await;
+    ceiling.stop().await;
+}
+
+/// Part 2: a `start_*` call's latency as idle sessions pile up, then `ping` beside long tasks.
+async fn idle_sessions_and_busy_engine(dir: &Path) {
+    println!(
+        "2. sequential latency on one session: p50 of up to {SEQUENTIAL_CALLS} calls (at least \
+         {MIN_SEQUENTIAL_CALLS}, else as many as fit in {} s)",
+        SEQUENTIAL_BUDGET.as_secs()
+    );
+    let served = serve(support::config(&dir.join("idle.db"), &dir.join("data"))).await;
+    let probe = Session::open(served.url.clone()).await;
+    let start = |i| start_request(i, instant_task());
+    sequential_p50(&probe, start).await;
+    let opener = reqwest::Client::new();
+    let mut idle = Vec::new();
+    let mut baseline = None;
+    for level in IDLE_LEVELS {
+        let opening = Instant::now();
+        let more = level - idle.len();
+        idle.extend(open_sessions(&opener, &served.url, more).await);
+        let opened = opening.elapsed();
+        let (p50, calls) = sequential_p50(&probe, start).await;
+        let base = *baseline.get_or_insert(p50);
+        let target = if level == IDLE_LEVELS[0] {
+            "baseline"
+        } else {
+            "target <= 1.20x"
+        };
+        row(
+            &format!(
+                "start_batch_processing, {level} idle session{}",
+                if level == 1 { "" } else { "s" }
+            ),
+            format!("{:.2} ms", ms(p50)),
+            p50.as_secs_f64() / base.as_secs_f64(),
+            &format!(
+                "{target}; {calls} calls; {more} opened in {:.2} s",
+                opened.as_secs_f64()
+            ),
+        );
+    }
+    drop((idle, probe, opener));
+    served.stop().await;
+
+    let db = dir.join("busy.db");
+    let mut config = support::config(&db, &dir.join("data"));
+    config.time_scale = 1.0;
+    config.max_running_tasks = 2 * LONG_TASKS_BESIDE_PING;
+    let served = serve(config).await;
+    let session = Session::open(served.url.clone()).await;
+    sequential_p50(&session, ping_request).await;
+    let (quiet, _) = sequential_p50(&session, ping_request).await;
+    row(
+        "ping, no task running",
+        format!("{:.2} ms", ms(quiet)),
+        1.0,
+        "baseline",
+    );
+    for i in 0..LONG_TASKS_BESIDE_PING as u64 {
+        call(&session, start_request(i, long_task(BRISK_STEP))).await;
+    }
+    Database::open(&db)
+        .wait_stepping(LONG_TASKS_BESIDE_PING)
+        .await;
+    let (busy, _) = sequential_p50(&session, ping_request).await;
+    row(
+        &format!(
+            "ping, {LONG_TASKS_BESIDE_PING} tasks stepping every {:.0} ms",
+            BRISK_STEP * 1e3
+        ),
+        format!("{:.2} ms", ms(busy)),
+        busy.as_secs_f64() / quiet.as_secs_f64(),
+        "",
+    );
+    drop(session);
+    served.stop().await;
+}
+
+/// Part 3: resident memory of a server process, idle, with idle sessions, with mostly
+/// sleeping tasks, and with both.
+async fn memory(dir: &Path) {
+    println!(
+        "3. resident memory (VmRSS) of a server process; tasks sleep {SLEEPY_STEP} s before each \
+         step"
+    );
+    let data = dir.join("data");
+    let http = reqwest::Client::new();
+    let mib = |rss: f64| format!("{rss:.1} MiB");
+
+    let mut server = child::Server::spawn(&dir.join("sessions.db"), &data).await;
+    let idle = server.rss_mib();
+    row("idle after start", mib(idle), 1.0, "baseline");
+    let opening = Instant::now();
+    let sessions = open_sessions(&http, &server.url, CHILD_SESSIONS).await;
+    let opened = opening.elapsed();
+    let rss = server.rss_mib();
+    row(
+        &format!("{CHILD_SESSIONS} idle sessions"),
+        mib(rss),
+        rss / idle,
+        &format!("opened in {:.2} s", opened.as_secs_f64()),
+    );
+    server.kill().await;
+    drop(sessions);
+
+    // A second process, with the tasks started before the sessions are opened: every open
+    // session slows each start down (part 2), and what is measured is the state reached.
+    let db = dir.join("tasks.db");
+    let mut server = child::Server::spawn(&db, &data).await;
+    let driver = Session::open_with(http.clone(), server.url.clone()).await;
+    let starting = Instant::now();
+    start_tasks(&driver, CHILD_TASKS, SLEEPY_STEP).await;
+    Database::open(&db).wait_stepping(CHILD_TASKS).await;
+    let started = starting.elapsed();
+    let rss = server.rss_mib();
+    row(
+        &format!("{CHILD_TASKS} running tasks (another process)"),
+        mib(rss),
+        rss / idle,
+        &format!("started and stepping in {:.2} s", started.as_secs_f64()),
+    );
+    let opening = Instant::now();
+    let sessions = open_sessions(&http, &server.url, CHILD_SESSIONS).await;
+    let opened = opening.elapsed();
+    // Long enough for every session to have seen every task step.
+    tokio::time::sleep(Duration::from_secs_f64(2.0 * SLEEPY_STEP)).await;
+    let rss = server.rss_mib();
+    row(
+        &format!("{CHILD_TASKS} running tasks + {CHILD_SESSIONS} idle sessions"),
+        mib(rss),
+        rss / idle,
+        &format!(
+            "target <= 64 MiB; sessions opened in {:.2} s",
+            opened.as_secs_f64()
+        ),
+    );
+    server.kill().await;
+    drop(sessions);
+}
+
+/// Part 4: SIGKILL a server with running tasks, restart it on the same database, and time
+/// how long until every task has committed a step in the new process.
+async fn restart(dir: &Path) {
+    println!(
+        "4. restart after SIGKILL with {CHILD_TASKS} running tasks, each sleeping {:.0} ms before \
+         a step",
+        BRISK_STEP * 1e3
+    );
+    let db = dir.join("restart.db");
+    let data = dir.join("data");
+    let mut server = child::Server::spawn(&db, &data).await;
+    let session = Session::open(server.url.clone()).await;
+    start_tasks(&session, CHILD_TASKS, BRISK_STEP).await;
+    let database = Database::open(&db).wait_stepping(CHILD_TASKS).await;
+    server.kill().await;
+    let before = database.steps();
+    assert_eq!(before.len(), CHILD_TASKS, "unfinished tasks after the kill");
+
+    let spawned = Instant::now();
+    let server = child::Server::start(&db, &data);
+    let recovered = tokio::task::spawn_blocking(move || {
+        database.wait("every task stepping again", |db| {
+            let now = db.steps();
+            before.iter().all(|(id, step)| now.get(id) > Some(step))
+        });
+        spawned.elapsed()
+    });
+    let server = server.listening().await;
+    // The session outlives the process: the restarted server restores it from the database.
+    // A new client, since the old one's pooled connections died with the old process.
+    let session = Session {
+        http: reqwest::Client::new(),
+        url: server.url.clone(),
+        ..session
+    };
+    call(&session, ping_request(1)).await;
+    let pinged = spawned.elapsed();
+    let recovered = recovered.await.unwrap();
+    row(
+        "spawn to first ping answered",
+        format!("{:.0} ms", ms(pinged)),
+        1.0,
+        "baseline",
+    );
+    row(
+        &format!("spawn to all {CHILD_TASKS} tasks stepped again"),
+        format!("{:.0} ms", ms(recovered)),
+        recovered.as_secs_f64() / pinged.as_secs_f64(),
+        "target <= 1000 ms",
+    );
+}
+
+/// Starts `count` long tasks from `session`, `OPENING_CONCURRENCY` calls at a time.
+async fn start_tasks(session: &Session, count: usize, step: f64) {
+    futures::stream::iter(0..count as u64)
+        .map(|i| call(session, start_request(i, long_task(step))))
+        .buffer_unordered(OPENING_CONCURRENCY)
+        .collect::<Vec<_>>()
+        .await;
+}
+
+/// The server's database, read directly (read-only) to see what its tasks have committed.
+struct Database(Connection);
+
+impl Database {
+    fn open(path: &Path) -> Database {
+        let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        conn.busy_timeout(Duration::from_secs(5)).unwrap();
+        Database(conn)
+    }
+
+    /// Running tasks that have committed at least one step.
+    fn stepping(&self) -> usize {
+        self.0
+            .query_row(
+                "SELECT COUNT(*) FROM tasks WHERE status = 'running' AND step > 0",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap()
+    }
+
+    /// The step each unfinished task has committed.
+    fn steps(&self) -> HashMap<String, u64> {
+        let mut stmt = self
+            .0
+            .prepare_cached("SELECT id, step FROM tasks WHERE status IN ('pending', 'running')")
+            .unwrap();
+        stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    /// Polls every 5 ms until `done` holds, panicking after `PATIENCE`.
+    fn wait(&self, what: &str, done: impl Fn(&Database) -> bool) {
+        let started = Instant::now();
+        while !done(self) {
+            assert!(started.elapsed() < PATIENCE, "gave up waiting for {what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Waits on a blocking thread until `count` tasks are running and have committed a step.
+    async fn wait_stepping(self, count: usize) -> Database {
+        tokio::task::spawn_blocking(move || {
+            self.wait("tasks running and stepping", |db| db.stepping() == count);
+            self
+        })
+        .await
+        .unwrap()
+    }
+}
+
+/// The in-memory ceiling: an rmcp 3.11 server as plain as a server can be, in stateful mode
+/// like durable-mcp, answering the same calls from a `HashMap`.
+mod ceiling {
+    use std::collections::HashMap;
+    use std::path::PathBuf;
+    use std::sync::{Arc, Mutex};
+
+    use axum::serve::ListenerExt;
+    use chrono::Utc;
+    use durable_mcp_server::engine::{Env, Step, TaskKind};
+    use durable_shared::kinds::{BatchParams, BatchProcessing, KindSpec, parse_params};
+    use durable_shared::{TaskInfo, TaskStatus, status_uri};
+    use rmcp::model::{
+        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
+        ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
+        ResourceContents, ServerCapabilities, ServerConfig,
+    };
+    use rmcp::service::RequestContext;
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+    use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+    use serde_json::{Value, json};
+    use tokio::task::JoinHandle;
+    use tokio_util::sync::CancellationToken;
+
+    /// Shared by every session, like durable-mcp's engine. A std mutex: it is never held
+    /// across an await.
+    #[derive(Clone, Default)]
+    struct Ceiling {
+        tasks: Arc<Mutex<HashMap<String, TaskInfo>>>,
+    }
+
+    impl Ceiling {
+        /// Runs the real batch kind to completion in memory: the same parameters, the same
+        /// work per step and the same task JSON as durable-mcp, without the durability.
+        async fn run(&self, arguments: Value, owner: String) -> Result<TaskInfo, McpError> {
+            let invalid =
+                |e: durable_shared::kinds::ParamError| McpError::invalid_params(e.message, None);
+            let params: BatchParams =
+                parse_params(BatchProcessing::NAME, arguments).map_err(invalid)?;
+            BatchProcessing::validate(&params).map_err(invalid)?;
+            let env = Env {
+                data_dir: PathBuf::new(),
+                time_scale: 0.0,
+            };
+            let plan = BatchProcessing.plan(&params, &env).map_err(invalid)?;
+            let (mut state, mut steps) = (plan.state, 0);
+            let (progress, message, output) = loop {
+                steps += 1;
+                match BatchProcessing.step(&params, &state, &env).await {
+                    Ok(Step::Continue { state: next, .. }) => state = next,
+                    Ok(Step::Done {
+                        progress,
+                        message,
+                        output,
+                        ..
+                    }) => break (progress, message, output),
+                    Err(e) => return Err(McpError::internal_error(e.0, None)),
+                }
+            };
+            let now = Utc::now();
+            let task = TaskInfo {
+                task_id: uuid::Uuid::new_v4().to_string(),
+                status: TaskStatus::Completed,
+                progress,
+                total: plan.total,
+                message,
+                result_data: Some(json!(output)),
+                error: None,
+                created_at: now,
+                updated_at: now,
+                completed_at: Some(now),
+                kind: BatchProcessing::NAME.to_owned(),
+                parameters: json!(params),
+                owner,
+                step: steps,
+                percent: TaskInfo::percent_of(progress, plan.total),
+            };
+            self.tasks
+                .lock()
+                .expect("tasks lock")
+                .insert(task.task_id.clone(), task.clone());
+            Ok(task)
+        }
+    }
+
+    /// durable-mcp's answer to a `start_*` call: the status link as a resource link and as
+    /// text, and the task as structured content.
+    fn started(task: &TaskInfo) -> CallToolResult {
+        let uri = status_uri(&task.task_id);
+        let link = Resource::new(uri.clone(), format!("{} task {}", task.kind, task.task_id))
+            .with_description("Live status of the task; read it or subscribe to it")
+            .with_mime_type("application/json");
+        let mut result = CallToolResult::success(vec![
+            ContentBlock::resource_link(link),
+            ContentBlock::text(uri.clone()),
+        ]);
+        result.structured_content = Some(json!({
+            "task_id": task.task_id,
+            "status_uri": uri,
+            "kind": task.kind,
+            "status": task.status,
+            "total": task.total,
+        }));
+        result
+    }
+
+    impl ServerHandler for Ceiling {
+        fn get_info(&self) -> ServerConfig {
+            ServerConfig::new(
+                ServerCapabilities::builder()
+                    .enable_tools()
+                    .enable_resources()
+                    .build(),
+            )
+        }
+
+        async fn call_tool(
+            &self,
+            request: CallToolRequestParams,
+            context: RequestContext<RoleServer>,
+        ) -> Result<CallToolResponse, McpError> {
+            if request.name != "start_batch_processing" {
+                return Err(McpError::invalid_params(
+                    format!("unknown tool {}", request.name),
+                    None,
+                ));
+            }
+            // The owner is the session, as durable-mcp makes it for a client without an id.
+            let owner = context
+                .extensions
+                .get::<axum::http::request::Parts>()
+                .and_then(|parts| parts.headers.get("mcp-session-id"))
+                .and_then(|value| value.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            let arguments = Value::Object(request.arguments.unwrap_or_default());
+            let task = self.run(arguments, owner).await?;
+            Ok(started(&task).into())
+        }
+
+        async fn read_resource(
+            &self,
+            request: ReadResourceRequestParams,
+            _context: RequestContext<RoleServer>,
+        ) -> Result<ReadResourceResponse, McpError> {
+            let task = request
+                .uri
+                .strip_prefix("task://status/")
+                .and_then(|id| self.tasks.lock().expect("tasks lock").get(id).cloned())
+                .ok_or_else(|| McpError::resource_not_found(request.uri.clone(), None))?;
+            let body = serde_json::to_string_pretty(&task)
+                .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+            Ok(ReadResourceResult::new(vec![
+                ResourceContents::text(body, request.uri).with_mime_type("application/json"),
+            ])
+            .into())
+        }
+    }
+
+    pub struct Served {
+        pub url: String,
+        shutdown: CancellationToken,
+        task: JoinHandle<std::io::Result<()>>,
+    }
+
+    /// Serves the ceiling at `/mcp` on `127.0.0.1:0` as durable-mcp serves itself: rmcp's
+    /// service with its in-memory session manager, on axum, with TCP_NODELAY.
+    pub async fn serve() -> Served {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        let shutdown = CancellationToken::new();
+        let mut sessions = LocalSessionManager::default();
+        // As in durable-mcp: sessions live until closed, not until a request-idle timeout.
+        sessions.session_config.keep_alive = None;
+        let ceiling = Ceiling::default();
+        let service = StreamableHttpService::new(
+            move || Ok(ceiling.clone()),
+            Arc::new(sessions),
+            StreamableHttpServerConfig::default().with_cancellation_token(shutdown.child_token()),
+        );
+        let app = axum::Router::new().route_service("/mcp", service);
+        let listener = listener.tap_io(|stream| {
+            // rmcp writes SSE replies in small pieces, which would otherwise wait for ACKs.
+            let _ = stream.set_nodelay(true);
+        });
+        let task = tokio::spawn(
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+                .into_future(),
+        );
+        Served {
+            url,
+            shutdown,
+            task,
+        }
+    }
+
+    impl Served {
+        pub async fn stop(self) {
+            self.shutdown.cancel();
+            let _ = self.task.await;
+        }
+    }
+}
+
+/// durable-mcp in a process of its own, so that its memory can be read and it can be killed:
+/// this bench binary, run again with `DURABLE_BENCH_ROLE=serve`, `DB` and `DATA` set.
+mod child {
+    use std::io::Write;
+    use std::path::{Path, PathBuf};
+    use std::process::Stdio;
+
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    use tokio::process::ChildStdin;
+    use tokio_util::sync::CancellationToken;
+
+    use super::{CHILD_TASKS, ROLE_VAR};
+
+    /// The child's side: serves on `127.0.0.1:0` and prints the bound address on stdout.
+    pub fn main() {
+        let var = |name| PathBuf::from(std::env::var_os(name).expect(name));
+        let mut config = super::support::config(&var("DB"), &var("DATA"));
+        // Task delays are given in real seconds, and every task must run at once.
+        config.time_scale = 1.0;
+        config.max_running_tasks = 2 * CHILD_TASKS;
+        // A bench killed before it could kill this process closes its end of our stdin.
+        std::thread::spawn(|| {
+            let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+            std::process::exit(1);
+        });
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let mut stdout = std::io::stdout();
+            writeln!(stdout, "{}", listener.local_addr().unwrap()).unwrap();
+            stdout.flush().unwrap();
+            durable_mcp_server::http::run(config, listener, CancellationToken::new())
+                .await
+                .unwrap();
+        });
+    }
+
+    /// A server process on its way up.
+    pub struct Starting(tokio::process::Child);
+
+    /// A server process that is listening.
+    pub struct Server {
+        pub url: String,
+        process: tokio::process::Child,
+        /// Held open for the process's life: it exits when this closes (see [`main`]).
+        _stdin: ChildStdin,
+    }
+
+    impl Server {
+        /// Starts a server process on `db`; see [`Starting::listening`].
+        pub fn start(db: &Path, data: &Path) -> Starting {
+            let process = tokio::process::Command::new(std::env::current_exe().unwrap())
+                .env(ROLE_VAR, "serve")
+                .env("DB", db)
+                .env("DATA", data)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                // A bench that panics must not leave a server behind.
+                .kill_on_drop(true)
+                .spawn()
+                .expect("spawning the server process");
+            Starting(process)
+        }
+
+        /// Starts a server process on `db` and waits until it answers.
+        pub async fn spawn(db: &Path, data: &Path) -> Server {
+            let server = Server::start(db, data).listening().await;
+            let health = server.url.replace("/mcp", "/healthz");
+            let response = reqwest::get(health).await.unwrap();
+            assert!(response.status().is_success(), "server unhealthy");
+            server
+        }
+
+        /// Resident memory, from `/proc/<pid>/status`.
+        pub fn rss_mib(&self) -> f64 {
+            let pid = self.process.id().expect("server process running");
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+            let kib: f64 = status
+                .lines()
+                .find_map(|line| line.strip_prefix("VmRSS:"))
+                .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+                .expect("VmRSS in /proc status");
+            kib / 1024.0
+        }
+
+        /// SIGKILL: the process gets no chance to checkpoint or close anything.
+        pub async fn kill(&mut self) {
+            let pid = self.process.id().expect("server process running");
+            kill(Pid::from_raw(pid as i32), Signal::SIGKILL).unwrap();
+            self.process.wait().await.unwrap();
+        }
+    }
+
+    impl Starting {
+        /// Waits for the address the server prints once its listener is bound (it answers as
+        /// soon as it has opened its database and resumed its tasks).
+        pub async fn listening(mut self) -> Server {
+            let stdin = self.0.stdin.take().expect("server stdin");
+            let stdout = self.0.stdout.take().expect("server stdout");
+            let mut line = String::new();
+            BufReader::new(stdout).read_line(&mut line).await.unwrap();
+            assert!(!line.is_empty(), "server process exited before listening");
+            Server {
+                url: format!("http://{}/mcp", line.trim()),
+                process: self.0,
+                _stdin: stdin,
+            }
+        }
+    }
+}
+
+fn main() {
+    if std::env::var_os(ROLE_VAR).is_some_and(|role| role == "serve") {
+        return child::main();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        throughput(dir.path()).await;
+        idle_sessions_and_busy_engine(dir.path()).await;
+        memory(dir.path()).await;
+        restart(dir.path()).await;
+    });
+}
