@@ -308,7 +308,6 @@ async fn idle_sessions_and_busy_engine(dir: &Path) {
     let db = dir.join("busy.db");
     let mut config = support::config(&db, &dir.join("data"));
     config.time_scale = 1.0;
-    config.max_running_tasks = 2 * LONG_TASKS_BESIDE_PING;
     let served = serve(config).await;
     let session = Session::open(served.url.clone()).await;
     sequential_p50(&session, ping_request).await;
@@ -525,12 +524,12 @@ mod ceiling {
     use axum::serve::ListenerExt;
     use chrono::Utc;
     use durable_mcp_server::engine::{Env, Step, TaskKind};
+    use durable_mcp_server::mcp::started;
     use durable_shared::kinds::{BatchParams, BatchProcessing, KindSpec, parse_params};
-    use durable_shared::{TaskInfo, TaskStatus, status_uri};
+    use durable_shared::{TaskInfo, TaskStatus};
     use rmcp::model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
-        ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
-        ResourceContents, ServerCapabilities, ServerConfig,
+        CallToolRequestParams, CallToolResponse, ReadResourceRequestParams, ReadResourceResponse,
+        ReadResourceResult, ResourceContents, ServerCapabilities, ServerConfig,
     };
     use rmcp::service::RequestContext;
     use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -539,7 +538,6 @@ mod ceiling {
     };
     use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
     use serde_json::{Value, json};
-    use tokio::task::JoinHandle;
     use tokio_util::sync::CancellationToken;
 
     /// Shared by every session, like durable-mcp's engine. A std mutex: it is never held
@@ -603,27 +601,6 @@ mod ceiling {
         }
     }
 
-    /// durable-mcp's answer to a `start_*` call: the status link as a resource link and as
-    /// text, and the task as structured content.
-    fn started(task: &TaskInfo) -> CallToolResult {
-        let uri = status_uri(&task.task_id);
-        let link = Resource::new(uri.clone(), format!("{} task {}", task.kind, task.task_id))
-            .with_description("Live status of the task; read it or subscribe to it")
-            .with_mime_type("application/json");
-        let mut result = CallToolResult::success(vec![
-            ContentBlock::resource_link(link),
-            ContentBlock::text(uri.clone()),
-        ]);
-        result.structured_content = Some(json!({
-            "task_id": task.task_id,
-            "status_uri": uri,
-            "kind": task.kind,
-            "status": task.status,
-            "total": task.total,
-        }));
-        result
-    }
-
     impl ServerHandler for Ceiling {
         fn get_info(&self) -> ServerConfig {
             ServerConfig::new(
@@ -655,6 +632,7 @@ mod ceiling {
                 .to_owned();
             let arguments = Value::Object(request.arguments.unwrap_or_default());
             let task = self.run(arguments, owner).await?;
+            // Exactly durable-mcp's answer, so both send the same bytes.
             Ok(started(&task).into())
         }
 
@@ -677,15 +655,9 @@ mod ceiling {
         }
     }
 
-    pub struct Served {
-        pub url: String,
-        shutdown: CancellationToken,
-        task: JoinHandle<std::io::Result<()>>,
-    }
-
     /// Serves the ceiling at `/mcp` on `127.0.0.1:0` as durable-mcp serves itself: rmcp's
     /// service with its in-memory session manager, on axum, with TCP_NODELAY.
-    pub async fn serve() -> Served {
+    pub async fn serve() -> super::support::Served {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/mcp", listener.local_addr().unwrap());
         let shutdown = CancellationToken::new();
@@ -703,22 +675,17 @@ mod ceiling {
             // rmcp writes SSE replies in small pieces, which would otherwise wait for ACKs.
             let _ = stream.set_nodelay(true);
         });
-        let task = tokio::spawn(
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-                .into_future(),
-        );
-        Served {
+        let server = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+            .into_future();
+        let task = tokio::spawn(async move {
+            server.await?;
+            Ok(())
+        });
+        super::support::Served {
             url,
             shutdown,
             task,
-        }
-    }
-
-    impl Served {
-        pub async fn stop(self) {
-            self.shutdown.cancel();
-            let _ = self.task.await;
         }
     }
 }
@@ -736,15 +703,15 @@ mod child {
     use tokio::process::ChildStdin;
     use tokio_util::sync::CancellationToken;
 
-    use super::{CHILD_TASKS, ROLE_VAR};
+    use super::ROLE_VAR;
 
     /// The child's side: serves on `127.0.0.1:0` and prints the bound address on stdout.
     pub fn main() {
         let var = |name| PathBuf::from(std::env::var_os(name).expect(name));
         let mut config = super::support::config(&var("DB"), &var("DATA"));
-        // Task delays are given in real seconds, and every task must run at once.
+        // Task delays are given in real seconds. The running-task limit stays at its default:
+        // the tasks here mostly sleep, and a sleeping task lends its slot to another.
         config.time_scale = 1.0;
-        config.max_running_tasks = 2 * CHILD_TASKS;
         // A bench killed before it could kill this process closes its end of our stdin.
         std::thread::spawn(|| {
             let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());

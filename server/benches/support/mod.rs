@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 /// A server running in this process.
 pub struct Served {
     pub url: String,
-    shutdown: CancellationToken,
-    task: JoinHandle<anyhow::Result<()>>,
+    pub shutdown: CancellationToken,
+    pub task: JoinHandle<anyhow::Result<()>>,
 }
 
 /// The server's settings for a benchmark: the binary's defaults, with the database at `db`, no
@@ -28,7 +28,7 @@ pub fn config(db: &Path, data: &Path) -> Config {
         retention: 24 * 7 * hour,
         retention_interval: hour / 6,
         max_running_tasks: 32,
-        notification_buffer: 256,
+        notification_buffer: 1024,
         session_ttl: hour,
         event_max_age: 24 * hour,
         sse_retry: Duration::from_secs(3),

@@ -42,6 +42,7 @@ pub use durable_shared::CLIENT_ID_HEADER;
 pub use tasks::{
     PRIVATE_CALL, PRIVATE_CANCEL, PRIVATE_GET, PRIVATE_LIST_TOOLS, TaskTtl, legacy_capability,
 };
+pub use tools::started;
 
 /// Everything one MCP session needs. Cloned per request by rmcp; the clones share state.
 #[derive(Clone)]

@@ -97,7 +97,7 @@ pub(super) enum Next {
 
 /// The receiving end of a session's queue.
 pub(super) struct Inbox {
-    queue: mpsc::Receiver<Delivery>,
+    queue: mpsc::Receiver<Box<Delivery>>,
     lag: Arc<Lag>,
 }
 
@@ -109,7 +109,7 @@ impl Inbox {
             return Some(next);
         }
         let delivery = self.queue.recv().await?;
-        Some(self.resync().unwrap_or(Next::Deliver(delivery)))
+        Some(self.resync().unwrap_or(Next::Deliver(*delivery)))
     }
 
     fn resync(&mut self) -> Option<Next> {
@@ -175,7 +175,9 @@ struct Index {
 }
 
 struct Listener {
-    queue: mpsc::Sender<Delivery>,
+    /// Boxed deliveries: a channel allocates a block of slots up front, which every idle
+    /// session would pay for at the size of a whole delivery.
+    queue: mpsc::Sender<Box<Delivery>>,
     lag: Arc<Lag>,
     client: Option<String>,
     uris: HashSet<String>,
@@ -375,12 +377,12 @@ impl Routes {
             let Some(listener) = index.sessions.get(&key) else {
                 continue;
             };
-            let delivery = Delivery {
+            let delivery = Box::new(Delivery {
                 routed: routed.clone(),
                 uris,
                 owner,
                 handle,
-            };
+            });
             match listener.queue.try_send(delivery) {
                 Ok(()) => {}
                 Err(TrySendError::Full(_)) => listener.lag.mark(changed_ms),
@@ -430,7 +432,7 @@ mod tests {
     fn delivered(inbox: &mut Inbox) -> Vec<Delivery> {
         let mut out = Vec::new();
         while let Ok(delivery) = inbox.queue.try_recv() {
-            out.push(delivery);
+            out.push(*delivery);
         }
         out
     }

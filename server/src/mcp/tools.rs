@@ -73,7 +73,7 @@ pub(crate) fn json_result(value: Value) -> CallToolResult {
 
 /// The answer of a start_* tool: the status link as a resource link and as text, and the task
 /// as structured content.
-fn started(task: &TaskInfo) -> CallToolResult {
+pub fn started(task: &TaskInfo) -> CallToolResult {
     let uri = status_uri(&task.task_id);
     let link = Resource::new(uri.clone(), format!("{} task {}", task.kind, task.task_id))
         .with_description("Live status of the task; read it or subscribe to it")
