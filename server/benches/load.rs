@@ -364,6 +364,28 @@ async fn memory(dir: &Path) {
     );
     server.kill().await;
     drop(sessions);
+    let durable_per_session = (rss - idle) * 1024.0 / CHILD_SESSIONS as f64;
+
+    // What rmcp's own sessions cost: the ceiling's process, idle, then with as many sessions.
+    let mut ceiling = child::Server::spawn_ceiling(dir).await;
+    let ceiling_idle = ceiling.rss_mib();
+    let sessions = open_sessions(&http, &ceiling.url, CHILD_SESSIONS).await;
+    let ceiling_rss = ceiling.rss_mib();
+    ceiling.kill().await;
+    drop(sessions);
+    let ceiling_per_session = (ceiling_rss - ceiling_idle) * 1024.0 / CHILD_SESSIONS as f64;
+    row(
+        "memory per idle session, rmcp ceiling",
+        format!("{ceiling_per_session:.1} KiB"),
+        1.0,
+        &format!("baseline; {ceiling_idle:.1} MiB idle, {ceiling_rss:.1} MiB with sessions"),
+    );
+    row(
+        "memory per idle session, durable-mcp",
+        format!("{durable_per_session:.1} KiB"),
+        durable_per_session / ceiling_per_session,
+        "",
+    );
 
     // A second process, with the tasks started before the sessions are opened: every open
     // session slows each start down (part 2), and what is measured is the state reached.
@@ -705,13 +727,9 @@ mod child {
 
     use super::ROLE_VAR;
 
-    /// The child's side: serves on `127.0.0.1:0` and prints the bound address on stdout.
-    pub fn main() {
-        let var = |name| PathBuf::from(std::env::var_os(name).expect(name));
-        let mut config = super::support::config(&var("DB"), &var("DATA"));
-        // Task delays are given in real seconds. The running-task limit stays at its default:
-        // the tasks here mostly sleep, and a sleeping task lends its slot to another.
-        config.time_scale = 1.0;
+    /// The child's side: serves durable-mcp (role `serve`) or the ceiling (role `ceiling`) on
+    /// `127.0.0.1:0` and prints the bound address on stdout.
+    pub fn main(role: &str) {
         // A bench killed before it could kill this process closes its end of our stdin.
         std::thread::spawn(|| {
             let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
@@ -719,6 +737,20 @@ mod child {
         });
         let runtime = tokio::runtime::Runtime::new().unwrap();
         runtime.block_on(async {
+            if role == CEILING {
+                let served = super::ceiling::serve().await;
+                let address = served
+                    .url
+                    .trim_start_matches("http://")
+                    .trim_end_matches("/mcp");
+                println!("{address}");
+                return std::future::pending().await;
+            }
+            let var = |name| PathBuf::from(std::env::var_os(name).expect(name));
+            let mut config = super::support::config(&var("DB"), &var("DATA"));
+            // Task delays are given in real seconds. The running-task limit stays at its
+            // default: the tasks here mostly sleep, and a sleeping task lends its slot out.
+            config.time_scale = 1.0;
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let mut stdout = std::io::stdout();
             writeln!(stdout, "{}", listener.local_addr().unwrap()).unwrap();
@@ -728,6 +760,9 @@ mod child {
                 .unwrap();
         });
     }
+
+    pub const SERVE: &str = "serve";
+    pub const CEILING: &str = "ceiling";
 
     /// A server process on its way up.
     pub struct Starting(tokio::process::Child);
@@ -741,10 +776,19 @@ mod child {
     }
 
     impl Server {
-        /// Starts a server process on `db`; see [`Starting::listening`].
+        /// Starts a durable-mcp process on `db`; see [`Starting::listening`].
         pub fn start(db: &Path, data: &Path) -> Starting {
+            Self::start_as(SERVE, db, data)
+        }
+
+        /// Starts the ceiling in a process of its own and waits until it listens.
+        pub async fn spawn_ceiling(dir: &Path) -> Server {
+            Self::start_as(CEILING, dir, dir).listening().await
+        }
+
+        fn start_as(role: &str, db: &Path, data: &Path) -> Starting {
             let process = tokio::process::Command::new(std::env::current_exe().unwrap())
-                .env(ROLE_VAR, "serve")
+                .env(ROLE_VAR, role)
                 .env("DB", db)
                 .env("DATA", data)
                 .stdin(Stdio::piped())
@@ -804,8 +848,8 @@ mod child {
 }
 
 fn main() {
-    if std::env::var_os(ROLE_VAR).is_some_and(|role| role == "serve") {
-        return child::main();
+    if let Some(role) = std::env::var_os(ROLE_VAR) {
+        return child::main(&role.to_string_lossy());
     }
     let dir = tempfile::tempdir().unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();
