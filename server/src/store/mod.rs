@@ -167,18 +167,28 @@ fn keep_plans(conn: &Connection) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Runs one statement that returns no rows through the connection's statement cache. The
+/// writer's transaction control (`BEGIN`, `COMMIT`, the savepoint around every write) runs this
+/// way, so that it is parsed once per connection rather than at every write, as
+/// `execute_batch` did.
+fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([])?;
+    Ok(())
+}
+
 fn in_savepoint<T>(
     conn: &Connection,
     f: impl FnOnce(&Connection) -> Result<T, StoreError>,
 ) -> Result<T, StoreError> {
-    conn.execute_batch("SAVEPOINT job")?;
+    run_cached(conn, "SAVEPOINT job")?;
     match f(conn) {
         Ok(value) => {
-            conn.execute_batch("RELEASE job")?;
+            run_cached(conn, "RELEASE job")?;
             Ok(value)
         }
         Err(e) => {
-            conn.execute_batch("ROLLBACK TO job; RELEASE job")?;
+            run_cached(conn, "ROLLBACK TO job")?;
+            run_cached(conn, "RELEASE job")?;
             Err(e)
         }
     }
@@ -193,9 +203,7 @@ fn write_loop(conn: Connection, jobs: std::sync::mpsc::Receiver<WriteJob>) {
                 Err(_) => break,
             }
         }
-        let begun = conn
-            .execute_batch("BEGIN IMMEDIATE")
-            .map_err(|e| Arc::new(StoreError::from(e)));
+        let begun = run_cached(&conn, "BEGIN IMMEDIATE").map_err(|e| Arc::new(StoreError::from(e)));
         if let Err(e) = begun {
             tracing::error!(error = %e, "cannot begin a write transaction");
             for job in batch {
@@ -204,9 +212,7 @@ fn write_loop(conn: Connection, jobs: std::sync::mpsc::Receiver<WriteJob>) {
             continue;
         }
         let replies: Vec<Reply> = batch.into_iter().map(|job| job(Some(&conn))).collect();
-        let committed = conn
-            .execute_batch("COMMIT")
-            .map_err(|e| Arc::new(StoreError::from(e)));
+        let committed = run_cached(&conn, "COMMIT").map_err(|e| Arc::new(StoreError::from(e)));
         if let Err(e) = &committed {
             tracing::error!(error = %e, "group commit failed");
             let _ = conn.execute_batch("ROLLBACK");
