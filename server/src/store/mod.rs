@@ -56,10 +56,21 @@ pub enum StoreError {
 }
 
 type Reply = Box<dyn FnOnce(Result<(), &Arc<StoreError>>) + Send>;
-/// A queued write. It is called with the connection inside the batch's transaction, or with
-/// `None` when that transaction could not even begin; either way it returns the reply to send
-/// once the batch's fate is known.
-type WriteJob = Box<dyn FnOnce(Option<&Connection>) -> Reply + Send>;
+/// A queued write. It is called inside the batch's transaction, or with `None` when that
+/// transaction could not even begin; either way it returns whether the write succeeded and the
+/// reply to send once the batch's fate is known.
+type WriteJob = Box<dyn FnOnce(Option<Batch<'_>>) -> (bool, Reply) + Send>;
+
+/// The transaction a queued write runs in.
+#[derive(Clone, Copy)]
+struct Batch<'c> {
+    conn: &'c Connection,
+    /// Other writes share the transaction, so this one runs in its own savepoint. A write
+    /// alone in its transaction needs none: if it fails, the writer rolls the transaction back,
+    /// which undoes that write and nothing else. Most transactions hold a single write, and a
+    /// savepoint costs two statements and a copy of every page the write changes.
+    shared: bool,
+}
 
 /// A cheap-to-clone handle on the database.
 #[derive(Clone)]
@@ -104,9 +115,13 @@ impl Store {
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
-        let job: WriteJob = Box::new(move |conn| {
-            let outcome = conn.map(|conn| in_savepoint(conn, f));
-            Box::new(move |commit: Result<(), &Arc<StoreError>>| {
+        let job: WriteJob = Box::new(move |batch| {
+            let outcome = batch.map(|batch| match batch.shared {
+                true => in_savepoint(batch.conn, f),
+                false => f(batch.conn),
+            });
+            let succeeded = matches!(outcome, Some(Ok(_)));
+            let reply = Box::new(move |commit: Result<(), &Arc<StoreError>>| {
                 let reply = match (outcome, commit) {
                     (Some(Err(e)), _) => Err(e),
                     (Some(Ok(value)), Ok(())) => Ok(value),
@@ -116,7 +131,8 @@ impl Store {
                     (None, Ok(())) => Err(StoreError::Closed),
                 };
                 let _ = tx.send(reply);
-            })
+            });
+            (succeeded, reply as Reply)
         });
         self.writer.send(job).map_err(|_| StoreError::Closed)?;
         rx.await.map_err(|_| StoreError::Closed)?
@@ -207,12 +223,33 @@ fn write_loop(conn: Connection, jobs: std::sync::mpsc::Receiver<WriteJob>) {
         if let Err(e) = begun {
             tracing::error!(error = %e, "cannot begin a write transaction");
             for job in batch {
-                job(None)(Err(&e));
+                job(None).1(Err(&e));
             }
             continue;
         }
-        let replies: Vec<Reply> = batch.into_iter().map(|job| job(Some(&conn))).collect();
-        let committed = run_cached(&conn, "COMMIT").map_err(|e| Arc::new(StoreError::from(e)));
+        let shared = batch.len() > 1;
+        let mut succeeded = true;
+        let replies: Vec<Reply> = batch
+            .into_iter()
+            .map(|job| {
+                let (ok, reply) = job(Some(Batch {
+                    conn: &conn,
+                    shared,
+                }));
+                succeeded &= ok;
+                reply
+            })
+            .collect();
+        let committed = if shared || succeeded {
+            run_cached(&conn, "COMMIT").map_err(|e| Arc::new(StoreError::from(e)))
+        } else {
+            // The only write failed: rolling the transaction back undoes it, and its caller
+            // gets the write's own error.
+            if let Err(e) = run_cached(&conn, "ROLLBACK") {
+                tracing::error!(error = %e, "cannot roll back a failed write");
+            }
+            Ok(())
+        };
         if let Err(e) = &committed {
             tracing::error!(error = %e, "group commit failed");
             let _ = conn.execute_batch("ROLLBACK");

@@ -558,6 +558,24 @@ mod tests {
         assert_eq!(store.list_tasks(None, None, 100).await.unwrap().len(), 49);
     }
 
+    /// A write alone in its transaction runs without a savepoint: when it fails, the writer
+    /// rolls the transaction back, so nothing of it stays, and the next write starts afresh.
+    #[tokio::test]
+    async fn a_failing_write_alone_is_rolled_back() {
+        let (_dir, store) = store().await;
+        let failed = store
+            .write(|conn| {
+                insert(conn, &new_task("bad"))?;
+                conn.execute("UPDATE tasks SET status = 'bogus' WHERE id = 'bad'", [])?;
+                Ok(())
+            })
+            .await;
+        assert!(matches!(failed, Err(StoreError::Sqlite(_))), "{failed:?}");
+        assert!(store.get_task("bad").await.unwrap().is_none());
+        store.insert_task(new_task("good")).await.unwrap();
+        assert_eq!(store.list_tasks(None, None, 10).await.unwrap().len(), 1);
+    }
+
     /// The first reference server computed its clean-up date by subtracting days from the day
     /// of the month, which breaks at the start of every month.
     #[tokio::test]
