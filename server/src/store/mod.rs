@@ -32,6 +32,11 @@ pub(crate) fn now_ms() -> i64 {
 /// Most writes one transaction takes before it commits; bounds the latency of the first writer.
 const MAX_BATCH: usize = 256;
 
+/// Prepared statements each connection keeps. rusqlite keeps 16, fewer than the writer runs
+/// (some thirty, with the transaction control), so a statement evicted by the others would be
+/// prepared again.
+const STATEMENT_CACHE: usize = 64;
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("sqlite: {0}")]
@@ -180,6 +185,7 @@ fn keep_plans(conn: &Connection) -> Result<(), StoreError> {
         rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
         true,
     )?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     Ok(())
 }
 

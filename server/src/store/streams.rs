@@ -289,19 +289,19 @@ impl Store {
     ) -> Result<(), StoreError> {
         let instance = instance.to_owned();
         self.write(move |conn| {
-            conn.execute(
+            conn.prepare_cached(
                 "INSERT INTO call_bindings (id, task_id, session_id, request_id, progress_token, \
                  instance, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                params![
-                    binding.id,
-                    binding.task_id,
-                    binding.session_id,
-                    binding.request_id,
-                    binding.progress_token,
-                    instance,
-                    now_ms()
-                ],
-            )?;
+            )?
+            .execute(params![
+                binding.id,
+                binding.task_id,
+                binding.session_id,
+                binding.request_id,
+                binding.progress_token,
+                instance,
+                now_ms()
+            ])?;
             Ok(())
         })
         .await
@@ -346,7 +346,8 @@ impl Store {
             } else {
                 "DELETE FROM subscriptions WHERE session_id = ?1 AND uri = ?2"
             };
-            conn.execute(sql, params![session_id, uri])?;
+            conn.prepare_cached(sql)?
+                .execute(params![session_id, uri])?;
             Ok(())
         })
         .await
@@ -355,7 +356,8 @@ impl Store {
     pub async fn subscriptions(&self, session_id: &str) -> Result<Vec<String>, StoreError> {
         let session_id = session_id.to_owned();
         self.read(move |conn| {
-            let mut stmt = conn.prepare("SELECT uri FROM subscriptions WHERE session_id = ?1")?;
+            let mut stmt =
+                conn.prepare_cached("SELECT uri FROM subscriptions WHERE session_id = ?1")?;
             let uris = stmt.query_map([session_id], |row| row.get(0))?;
             Ok(uris.collect::<Result<_, _>>()?)
         })
@@ -366,7 +368,8 @@ impl Store {
     pub async fn finish_binding(&self, id: &str) -> Result<(), StoreError> {
         let id = id.to_owned();
         self.write(move |conn| {
-            conn.execute("UPDATE call_bindings SET done = 1 WHERE id = ?1", [id])?;
+            conn.prepare_cached("UPDATE call_bindings SET done = 1 WHERE id = ?1")?
+                .execute([id])?;
             Ok(())
         })
         .await
