@@ -18,10 +18,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use axum::Router;
+use axum::extract::Request;
 use axum::http::{HeaderName, HeaderValue, Method, header};
 use axum::middleware::from_fn_with_state;
 use axum::response::Html;
-use axum::routing::get;
+use axum::routing::{any, get};
 use axum::serve::ListenerExt;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{
@@ -198,11 +199,15 @@ fn router(
         config.notification_buffer,
         shutdown.clone(),
     );
-    let mcp = StreamableHttpService::new(
+    // rmcp's service clones itself for every request it serves, configuration and all (its
+    // allowed hosts and origins are vectors of strings), and the router clones it once more
+    // before that: 5 % of a ping's instructions. Behind an `Arc` in a handler, a request clones
+    // a pointer instead.
+    let mcp = Arc::new(StreamableHttpService::new(
         move || Ok(DurableServer::new(shared.clone())),
         sessions,
         transport,
-    );
+    ));
     let resume = ResumeState {
         streams,
         sse_retry: config.sse_retry,
@@ -215,7 +220,10 @@ fn router(
     };
 
     guarded(
-        Router::new().route_service("/mcp", mcp),
+        Router::new().route(
+            "/mcp",
+            any(move |request: Request| async move { mcp.handle(request).await }),
+        ),
         resume,
         config.max_body_bytes,
     )

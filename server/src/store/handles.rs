@@ -8,7 +8,7 @@
 
 use rusqlite::{OptionalExtension, Row, params};
 
-use super::tasks::{INFO_COLUMNS, read_info};
+use super::tasks::{INFO_COUNT, info_columns, read_info};
 use super::{Store, StoreError, now_ms};
 use durable_shared::TaskInfo;
 
@@ -23,22 +23,28 @@ pub struct TaskHandle {
     pub ttl_ms: u64,
 }
 
+/// Reads a row of `live_handles!`.
 fn read_handle(row: &Row<'_>) -> rusqlite::Result<TaskHandle> {
     Ok(TaskHandle {
         task: read_info(row)?,
-        requester: row.get("requester")?,
-        tool: row.get("tool")?,
-        ttl_ms: row.get("ttl_ms")?,
+        requester: row.get(INFO_COUNT)?,
+        tool: row.get(INFO_COUNT + 1)?,
+        ttl_ms: row.get(INFO_COUNT + 2)?,
     })
 }
 
-/// The handles joined with their tasks; `?now` must be bound to the current time in ms.
-fn live_handles() -> String {
-    format!(
-        "SELECT {INFO_COLUMNS}, requester, tool, ttl_ms \
-         FROM tasks JOIN mcp_tasks ON mcp_tasks.task_id = tasks.id \
-         WHERE tasks.created_at + mcp_tasks.ttl_ms > :now"
-    )
+/// The handles joined with their tasks, as [`read_handle`] reads them; `:now` must be bound to
+/// the current time in ms. A macro, so that the statements built on it are constant strings.
+macro_rules! live_handles {
+    () => {
+        concat!(
+            "SELECT ",
+            info_columns!(),
+            ", requester, tool, ttl_ms \
+             FROM tasks JOIN mcp_tasks ON mcp_tasks.task_id = tasks.id \
+             WHERE tasks.created_at + mcp_tasks.ttl_ms > :now"
+        )
+    };
 }
 
 fn select_handle(
@@ -47,9 +53,9 @@ fn select_handle(
     requester: &str,
     now: i64,
 ) -> Result<Option<TaskHandle>, StoreError> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "{} AND tasks.id = :id AND requester = :requester",
-        live_handles()
+    let mut stmt = conn.prepare_cached(concat!(
+        live_handles!(),
+        " AND tasks.id = :id AND requester = :requester"
     ))?;
     Ok(stmt
         .query_row(
@@ -74,12 +80,12 @@ impl Store {
             (task_id.to_owned(), requester.to_owned(), tool.to_owned());
         self.write(move |conn| {
             let now = now_ms();
-            conn.execute(
+            conn.prepare_cached(
                 "INSERT INTO mcp_tasks (task_id, requester, tool, ttl_ms) VALUES (?1, ?2, ?3, ?4) \
                  ON CONFLICT (task_id, requester) DO UPDATE SET ttl_ms = MAX(ttl_ms, \
                    ?4 + ?5 - (SELECT created_at FROM tasks WHERE id = ?1))",
-                params![task_id, requester, tool, ttl_ms as i64, now],
-            )?;
+            )?
+            .execute(params![task_id, requester, tool, ttl_ms as i64, now])?;
             select_handle(conn, &task_id, &requester, now)
         })
         .await
@@ -108,10 +114,11 @@ impl Store {
         let requester = requester.to_owned();
         self.read(move |conn| {
             let (after_ms, after_id) = after.unwrap_or((i64::MIN, String::new()));
-            let mut stmt = conn.prepare_cached(&format!(
-                "{} AND requester = :requester AND (tasks.created_at, tasks.id) > (:after_ms, :after_id) \
-                 ORDER BY tasks.created_at, tasks.id LIMIT :limit",
-                live_handles()
+            let mut stmt = conn.prepare_cached(concat!(
+                live_handles!(),
+                " AND requester = :requester \
+                 AND (tasks.created_at, tasks.id) > (:after_ms, :after_id) \
+                 ORDER BY tasks.created_at, tasks.id LIMIT :limit"
             ))?;
             let rows = stmt.query_map(
                 rusqlite::named_params! {
@@ -131,9 +138,9 @@ impl Store {
     /// The live handles of tasks that have not ended, for routing their status changes.
     pub async fn unfinished_handles(&self) -> Result<Vec<TaskHandle>, StoreError> {
         self.read(move |conn| {
-            let mut stmt = conn.prepare_cached(&format!(
-                "{} AND tasks.status IN ('pending', 'running', 'paused')",
-                live_handles()
+            let mut stmt = conn.prepare_cached(concat!(
+                live_handles!(),
+                " AND tasks.status IN ('pending', 'running', 'paused')"
             ))?;
             let rows = stmt.query_map(rusqlite::named_params! {":now": now_ms()}, read_handle)?;
             Ok(rows.collect::<Result<_, _>>()?)

@@ -32,6 +32,11 @@ pub(crate) fn now_ms() -> i64 {
 /// Most writes one transaction takes before it commits; bounds the latency of the first writer.
 const MAX_BATCH: usize = 256;
 
+/// Prepared statements each connection keeps. rusqlite keeps 16, fewer than the writer runs
+/// (some thirty, with the transaction control), so a statement evicted by the others would be
+/// prepared again.
+const STATEMENT_CACHE: usize = 64;
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("sqlite: {0}")]
@@ -56,10 +61,21 @@ pub enum StoreError {
 }
 
 type Reply = Box<dyn FnOnce(Result<(), &Arc<StoreError>>) + Send>;
-/// A queued write. It is called with the connection inside the batch's transaction, or with
-/// `None` when that transaction could not even begin; either way it returns the reply to send
-/// once the batch's fate is known.
-type WriteJob = Box<dyn FnOnce(Option<&Connection>) -> Reply + Send>;
+/// A queued write. It is called inside the batch's transaction, or with `None` when that
+/// transaction could not even begin; either way it returns whether the write succeeded and the
+/// reply to send once the batch's fate is known.
+type WriteJob = Box<dyn FnOnce(Option<Batch<'_>>) -> (bool, Reply) + Send>;
+
+/// The transaction a queued write runs in.
+#[derive(Clone, Copy)]
+struct Batch<'c> {
+    conn: &'c Connection,
+    /// Other writes share the transaction, so this one runs in its own savepoint. A write
+    /// alone in its transaction needs none: if it fails, the writer rolls the transaction back,
+    /// which undoes that write and nothing else. Most transactions hold a single write, and a
+    /// savepoint costs two statements and a copy of every page the write changes.
+    shared: bool,
+}
 
 /// A cheap-to-clone handle on the database.
 #[derive(Clone)]
@@ -104,9 +120,13 @@ impl Store {
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
-        let job: WriteJob = Box::new(move |conn| {
-            let outcome = conn.map(|conn| in_savepoint(conn, f));
-            Box::new(move |commit: Result<(), &Arc<StoreError>>| {
+        let job: WriteJob = Box::new(move |batch| {
+            let outcome = batch.map(|batch| match batch.shared {
+                true => in_savepoint(batch.conn, f),
+                false => f(batch.conn),
+            });
+            let succeeded = matches!(outcome, Some(Ok(_)));
+            let reply = Box::new(move |commit: Result<(), &Arc<StoreError>>| {
                 let reply = match (outcome, commit) {
                     (Some(Err(e)), _) => Err(e),
                     (Some(Ok(value)), Ok(())) => Ok(value),
@@ -116,7 +136,8 @@ impl Store {
                     (None, Ok(())) => Err(StoreError::Closed),
                 };
                 let _ = tx.send(reply);
-            })
+            });
+            (succeeded, reply as Reply)
         });
         self.writer.send(job).map_err(|_| StoreError::Closed)?;
         rx.await.map_err(|_| StoreError::Closed)?
@@ -147,6 +168,33 @@ fn configure(conn: &Connection) -> Result<(), StoreError> {
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", true)?;
     conn.busy_timeout(Duration::from_secs(5))?;
+    keep_plans(conn)
+}
+
+/// Makes the statements `prepare_cached` keeps worth keeping, on every connection.
+///
+/// SQLite marks a statement for re-planning when a bound value might change its plan (a
+/// `LIMIT ?`, an `ORDER BY` next to `col = ?`, most joins), and then parses it again whenever
+/// its bindings are cleared, which rusqlite's cache does each time a statement is returned to
+/// it: the cached task-handle lookup was parsed afresh on every call, a third of the
+/// instructions of a `start_*` call. The query planner stability guarantee makes plans
+/// independent of bound values, which costs nothing here: the store keeps no statistics that a
+/// value could refine a plan with.
+fn keep_plans(conn: &Connection) -> Result<(), StoreError> {
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+        true,
+    )?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    Ok(())
+}
+
+/// Runs one statement that returns no rows through the connection's statement cache. The
+/// writer's transaction control (`BEGIN`, `COMMIT`, the savepoint around every write) runs this
+/// way, so that it is parsed once per connection rather than at every write, as
+/// `execute_batch` did.
+fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([])?;
     Ok(())
 }
 
@@ -154,14 +202,15 @@ fn in_savepoint<T>(
     conn: &Connection,
     f: impl FnOnce(&Connection) -> Result<T, StoreError>,
 ) -> Result<T, StoreError> {
-    conn.execute_batch("SAVEPOINT job")?;
+    run_cached(conn, "SAVEPOINT job")?;
     match f(conn) {
         Ok(value) => {
-            conn.execute_batch("RELEASE job")?;
+            run_cached(conn, "RELEASE job")?;
             Ok(value)
         }
         Err(e) => {
-            conn.execute_batch("ROLLBACK TO job; RELEASE job")?;
+            run_cached(conn, "ROLLBACK TO job")?;
+            run_cached(conn, "RELEASE job")?;
             Err(e)
         }
     }
@@ -176,20 +225,37 @@ fn write_loop(conn: Connection, jobs: std::sync::mpsc::Receiver<WriteJob>) {
                 Err(_) => break,
             }
         }
-        let begun = conn
-            .execute_batch("BEGIN IMMEDIATE")
-            .map_err(|e| Arc::new(StoreError::from(e)));
+        let begun = run_cached(&conn, "BEGIN IMMEDIATE").map_err(|e| Arc::new(StoreError::from(e)));
         if let Err(e) = begun {
             tracing::error!(error = %e, "cannot begin a write transaction");
             for job in batch {
-                job(None)(Err(&e));
+                job(None).1(Err(&e));
             }
             continue;
         }
-        let replies: Vec<Reply> = batch.into_iter().map(|job| job(Some(&conn))).collect();
-        let committed = conn
-            .execute_batch("COMMIT")
-            .map_err(|e| Arc::new(StoreError::from(e)));
+        let shared = batch.len() > 1;
+        let mut succeeded = true;
+        let replies: Vec<Reply> = batch
+            .into_iter()
+            .map(|job| {
+                let (ok, reply) = job(Some(Batch {
+                    conn: &conn,
+                    shared,
+                }));
+                succeeded &= ok;
+                reply
+            })
+            .collect();
+        let committed = if shared || succeeded {
+            run_cached(&conn, "COMMIT").map_err(|e| Arc::new(StoreError::from(e)))
+        } else {
+            // The only write failed: rolling the transaction back undoes it, and its caller
+            // gets the write's own error.
+            if let Err(e) = run_cached(&conn, "ROLLBACK") {
+                tracing::error!(error = %e, "cannot roll back a failed write");
+            }
+            Ok(())
+        };
         if let Err(e) = &committed {
             tracing::error!(error = %e, "group commit failed");
             let _ = conn.execute_batch("ROLLBACK");
@@ -215,6 +281,7 @@ impl ReaderPool {
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
         conn.busy_timeout(Duration::from_secs(5))?;
+        keep_plans(&conn)?;
         Ok(conn)
     }
 
@@ -225,5 +292,33 @@ impl ReaderPool {
         if idle.len() < 8 {
             idle.push(conn);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::StatementStatus;
+
+    use super::*;
+
+    /// The cached task-handle lookup was parsed afresh on every call: SQLite re-plans a statement
+    /// whose plan may depend on a bound value (here its `LIMIT ?`) each time rusqlite's cache
+    /// clears its bindings, unless the connection is set up by `keep_plans`.
+    #[test]
+    fn cached_statements_are_not_parsed_again() {
+        let conn = Connection::open_in_memory().unwrap();
+        keep_plans(&conn).unwrap();
+        conn.execute_batch("CREATE TABLE t (a INTEGER PRIMARY KEY, b TEXT)")
+            .unwrap();
+        const SQL: &str = "SELECT a FROM t WHERE b = ?1 ORDER BY a LIMIT ?2";
+        for limit in 1..4 {
+            let mut stmt = conn.prepare_cached(SQL).unwrap();
+            let rows = stmt
+                .query_map(rusqlite::params!["x", limit], |row| row.get::<_, i64>(0))
+                .unwrap();
+            assert_eq!(rows.count(), 0);
+        }
+        let stmt = conn.prepare_cached(SQL).unwrap();
+        assert_eq!(stmt.get_status(StatementStatus::RePrepare), 0);
     }
 }

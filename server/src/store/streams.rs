@@ -63,30 +63,42 @@ fn new_token() -> String {
     hex::encode(rand::random::<[u8; 16]>())
 }
 
+/// Appends `event`: three cached statements (find the stream, advance or create it, insert the
+/// event), and a fourth when it reveals a binding's stream. The sequence counter is read and
+/// written in two steps rather than by `UPDATE ... RETURNING`, which SQLite runs through a
+/// temporary table: this connection is the only writer, so nothing can come between them.
 fn append(conn: &Connection, event: &NewEvent) -> Result<(String, u64), StoreError> {
     let now = now_ms();
-    let existing: Option<String> = conn
-        .prepare_cached("SELECT token FROM streams WHERE stream_id = ?1")?
-        .query_row([&event.stream_id], |row| row.get(0))
+    let existing: Option<(i64, String, u64)> = conn
+        .prepare_cached("SELECT rowid, token, next_seq FROM streams WHERE stream_id = ?1")?
+        .query_row([&event.stream_id], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        })
         .optional()?;
-    let token = match existing {
-        Some(token) => token,
+    let (token, seq) = match existing {
+        Some((rowid, token, seq)) => {
+            conn.prepare_cached(
+                "UPDATE streams SET next_seq = ?2, finished = finished OR ?3 WHERE rowid = ?1",
+            )?
+            .execute(params![rowid, seq + 1, event.finishes])?;
+            (token, seq)
+        }
         None => {
             let token = new_token();
             conn.prepare_cached(
-                "INSERT INTO streams (token, stream_id, session_id, next_seq, created_at) \
-                 VALUES (?1, ?2, ?3, 1, ?4)",
+                "INSERT INTO streams (token, stream_id, session_id, next_seq, finished, created_at) \
+                 VALUES (?1, ?2, ?3, 2, ?4, ?5)",
             )?
-            .execute(params![token, event.stream_id, event.session_id, now])?;
-            token
+            .execute(params![
+                token,
+                event.stream_id,
+                event.session_id,
+                event.finishes,
+                now
+            ])?;
+            (token, 1)
         }
     };
-    let seq: u64 = conn
-        .prepare_cached(
-            "UPDATE streams SET next_seq = next_seq + 1, finished = finished OR ?2 \
-             WHERE token = ?1 RETURNING next_seq - 1",
-        )?
-        .query_row(params![token, event.finishes], |row| row.get(0))?;
     conn.prepare_cached(
         "INSERT INTO events (token, seq, message, retry_ms, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
     )?
@@ -128,18 +140,19 @@ impl Store {
     ) -> Result<bool, StoreError> {
         let (token, session_id) = (token.to_owned(), session_id.to_owned());
         self.write(move |conn| {
-            conn.prepare_cached(
-                "UPDATE streams SET session_id = ?2 WHERE token = ?1 AND session_id IS NULL",
-            )?
-            .execute(params![token, session_id])?;
             let owner: Option<Option<String>> = conn
-                .query_row(
-                    "SELECT session_id FROM streams WHERE token = ?1",
-                    [&token],
-                    |row| row.get(0),
-                )
+                .prepare_cached("SELECT session_id FROM streams WHERE token = ?1")?
+                .query_row([&token], |row| row.get(0))
                 .optional()?;
-            Ok(owner.flatten().as_deref() == Some(session_id.as_str()))
+            Ok(match owner {
+                Some(Some(owner)) => owner == session_id,
+                Some(None) => {
+                    conn.prepare_cached("UPDATE streams SET session_id = ?2 WHERE token = ?1")?
+                        .execute(params![token, session_id])?;
+                    true
+                }
+                None => false,
+            })
         })
         .await
     }
@@ -276,19 +289,19 @@ impl Store {
     ) -> Result<(), StoreError> {
         let instance = instance.to_owned();
         self.write(move |conn| {
-            conn.execute(
+            conn.prepare_cached(
                 "INSERT INTO call_bindings (id, task_id, session_id, request_id, progress_token, \
                  instance, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                params![
-                    binding.id,
-                    binding.task_id,
-                    binding.session_id,
-                    binding.request_id,
-                    binding.progress_token,
-                    instance,
-                    now_ms()
-                ],
-            )?;
+            )?
+            .execute(params![
+                binding.id,
+                binding.task_id,
+                binding.session_id,
+                binding.request_id,
+                binding.progress_token,
+                instance,
+                now_ms()
+            ])?;
             Ok(())
         })
         .await
@@ -333,7 +346,8 @@ impl Store {
             } else {
                 "DELETE FROM subscriptions WHERE session_id = ?1 AND uri = ?2"
             };
-            conn.execute(sql, params![session_id, uri])?;
+            conn.prepare_cached(sql)?
+                .execute(params![session_id, uri])?;
             Ok(())
         })
         .await
@@ -342,7 +356,8 @@ impl Store {
     pub async fn subscriptions(&self, session_id: &str) -> Result<Vec<String>, StoreError> {
         let session_id = session_id.to_owned();
         self.read(move |conn| {
-            let mut stmt = conn.prepare("SELECT uri FROM subscriptions WHERE session_id = ?1")?;
+            let mut stmt =
+                conn.prepare_cached("SELECT uri FROM subscriptions WHERE session_id = ?1")?;
             let uris = stmt.query_map([session_id], |row| row.get(0))?;
             Ok(uris.collect::<Result<_, _>>()?)
         })
@@ -353,7 +368,8 @@ impl Store {
     pub async fn finish_binding(&self, id: &str) -> Result<(), StoreError> {
         let id = id.to_owned();
         self.write(move |conn| {
-            conn.execute("UPDATE call_bindings SET done = 1 WHERE id = ?1", [id])?;
+            conn.prepare_cached("UPDATE call_bindings SET done = 1 WHERE id = ?1")?
+                .execute([id])?;
             Ok(())
         })
         .await

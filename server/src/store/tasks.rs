@@ -15,9 +15,20 @@ use serde_json::Value;
 
 use super::{Store, StoreError, now_ms};
 
-/// The columns of a [`TaskInfo`]; the checkpoint is read only when a worker claims the task.
-pub(super) const INFO_COLUMNS: &str = "id, kind, owner, params, status, progress, total, message, step, \
-                            result, error, created_at, updated_at, completed_at";
+/// The columns of a [`TaskInfo`], in the order [`read_info`] reads them; the checkpoint is read
+/// only when a worker claims the task. A macro rather than a constant so that the statements
+/// using it are constant strings too: each is found in the statement cache without being
+/// formatted first.
+macro_rules! info_columns {
+    () => {
+        "id, kind, owner, params, status, progress, total, message, step, result, error, \
+         created_at, updated_at, completed_at"
+    };
+}
+pub(super) use info_columns;
+
+/// How many columns [`info_columns!`] lists: the position of the first column after them.
+pub(super) const INFO_COUNT: usize = 14;
 
 /// A task about to be stored, with its first checkpoint.
 #[derive(Debug, Clone)]
@@ -70,44 +81,50 @@ fn parse_json(text: &str) -> rusqlite::Result<Value> {
     })
 }
 
+/// Reads the [`info_columns!`] at the start of `row`, by position: a column looked up by name
+/// is compared with the name of every column before it, on every row.
 pub(super) fn read_info(row: &Row<'_>) -> rusqlite::Result<TaskInfo> {
-    let status: String = row.get("status")?;
+    let status: String = row.get(4)?;
     let status = TaskStatus::from_str(&status).map_err(|e| {
-        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
+        rusqlite::Error::FromSqlConversionFailure(4, rusqlite::types::Type::Text, Box::new(e))
     })?;
-    let progress: u64 = row.get("progress")?;
-    let total: u64 = row.get("total")?;
-    let result: Option<String> = row.get("result")?;
+    let progress: u64 = row.get(5)?;
+    let total: u64 = row.get(6)?;
+    let result: Option<String> = row.get(9)?;
     Ok(TaskInfo {
-        task_id: row.get("id")?,
+        task_id: row.get(0)?,
         status,
         progress,
         total,
-        message: row.get("message")?,
+        message: row.get(7)?,
         result_data: result.as_deref().map(parse_json).transpose()?,
-        error: row.get("error")?,
-        created_at: time(row.get("created_at")?),
-        updated_at: time(row.get("updated_at")?),
-        completed_at: row.get::<_, Option<i64>>("completed_at")?.map(time),
-        kind: row.get("kind")?,
-        parameters: parse_json(&row.get::<_, String>("params")?)?,
-        owner: row.get("owner")?,
-        step: row.get("step")?,
+        error: row.get(10)?,
+        created_at: time(row.get(11)?),
+        updated_at: time(row.get(12)?),
+        completed_at: row.get::<_, Option<i64>>(13)?.map(time),
+        kind: row.get(1)?,
+        parameters: parse_json(&row.get::<_, String>(3)?)?,
+        owner: row.get(2)?,
+        step: row.get(8)?,
         percent: TaskInfo::percent_of(progress, total),
     })
 }
 
+/// Reads a row of [`info_columns!`] followed by `checkpoint, lease`.
 fn read_row(row: &Row<'_>) -> rusqlite::Result<TaskRow> {
     Ok(TaskRow {
         info: read_info(row)?,
-        checkpoint: parse_json(&row.get::<_, String>("checkpoint")?)?,
-        lease: row.get("lease")?,
+        checkpoint: parse_json(&row.get::<_, String>(INFO_COUNT)?)?,
+        lease: row.get(INFO_COUNT + 1)?,
     })
 }
 
 fn select_info(conn: &Connection, id: &str) -> Result<Option<TaskInfo>, StoreError> {
-    let mut stmt =
-        conn.prepare_cached(&format!("SELECT {INFO_COLUMNS} FROM tasks WHERE id = ?1"))?;
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        info_columns!(),
+        " FROM tasks WHERE id = ?1"
+    ))?;
     Ok(stmt.query_row([id], read_info).optional()?)
 }
 
@@ -150,10 +167,11 @@ impl Store {
     pub async fn claim_task(&self, id: &str) -> Result<Option<TaskRow>, StoreError> {
         let id = id.to_owned();
         self.write(move |conn| {
-            let mut stmt = conn.prepare_cached(&format!(
+            let mut stmt = conn.prepare_cached(concat!(
                 "UPDATE tasks SET status = 'running', lease = lease + 1, updated_at = ?2 \
-                 WHERE id = ?1 AND status IN ('pending', 'running') \
-                 RETURNING {INFO_COLUMNS}, checkpoint, lease"
+                 WHERE id = ?1 AND status IN ('pending', 'running') RETURNING ",
+                info_columns!(),
+                ", checkpoint, lease"
             ))?;
             Ok(stmt.query_row(params![id, now_ms()], read_row).optional()?)
         })
@@ -167,15 +185,17 @@ impl Store {
             // Intermediate steps leave status and completion alone, so the indexes on them are
             // not rewritten on every step.
             let mut stmt = match commit.result {
-                None => conn.prepare_cached(&format!(
+                None => conn.prepare_cached(concat!(
                     "UPDATE tasks SET checkpoint = ?3, progress = ?4, message = ?5, step = ?6, \
                      updated_at = ?7 \
-                     WHERE id = ?1 AND lease = ?2 AND status = 'running' RETURNING {INFO_COLUMNS}"
+                     WHERE id = ?1 AND lease = ?2 AND status = 'running' RETURNING ",
+                    info_columns!()
                 ))?,
-                Some(_) => conn.prepare_cached(&format!(
+                Some(_) => conn.prepare_cached(concat!(
                     "UPDATE tasks SET checkpoint = ?3, progress = ?4, message = ?5, step = ?6, \
                      updated_at = ?7, completed_at = ?7, status = 'completed', result = ?8 \
-                     WHERE id = ?1 AND lease = ?2 AND status = 'running' RETURNING {INFO_COLUMNS}"
+                     WHERE id = ?1 AND lease = ?2 AND status = 'running' RETURNING ",
+                    info_columns!()
                 ))?,
             };
             let checkpoint = commit.checkpoint.to_string();
@@ -219,13 +239,13 @@ impl Store {
     ) -> Result<Option<TaskInfo>, StoreError> {
         let id = id.to_owned();
         self.write(move |conn| {
-            let now = now_ms();
-            let sql = format!(
+            let mut stmt = conn.prepare_cached(concat!(
                 "UPDATE tasks SET status = 'failed', error = ?3, completed_at = ?4, updated_at = ?4 \
-                 WHERE id = ?1 AND lease = ?2 AND status = 'running' RETURNING {INFO_COLUMNS}"
-            );
-            Ok(conn
-                .query_row(&sql, params![id, lease, error, now], read_info)
+                 WHERE id = ?1 AND lease = ?2 AND status = 'running' RETURNING ",
+                info_columns!()
+            ))?;
+            Ok(stmt
+                .query_row(params![id, lease, error, now_ms()], read_info)
                 .optional()?)
         })
         .await
@@ -245,11 +265,13 @@ impl Store {
             let sql = format!(
                 "UPDATE tasks SET status = ?2, updated_at = ?3, \
                  completed_at = COALESCE(?4, completed_at) \
-                 WHERE id = ?1 AND status IN ({}) RETURNING {INFO_COLUMNS}",
-                in_list(from)
+                 WHERE id = ?1 AND status IN ({}) RETURNING {}",
+                in_list(from),
+                info_columns!()
             );
             let applied = conn
-                .query_row(&sql, params![id, to.as_str(), now, completed_at], read_info)
+                .prepare_cached(&sql)?
+                .query_row(params![id, to.as_str(), now, completed_at], read_info)
                 .optional()?;
             Ok(match applied {
                 Some(info) => Transition::Applied(info),
@@ -275,12 +297,12 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<TaskInfo>, StoreError> {
         self.read(move |conn| {
-            let sql = format!(
-                "SELECT {INFO_COLUMNS} FROM tasks \
-                 WHERE (?1 IS NULL OR owner = ?1) AND (?2 IS NULL OR status = ?2) \
+            let mut stmt = conn.prepare_cached(concat!(
+                "SELECT ",
+                info_columns!(),
+                " FROM tasks WHERE (?1 IS NULL OR owner = ?1) AND (?2 IS NULL OR status = ?2) \
                  ORDER BY created_at DESC, id LIMIT ?3"
-            );
-            let mut stmt = conn.prepare(&sql)?;
+            ))?;
             let rows = stmt.query_map(
                 params![owner, status.map(TaskStatus::as_str), limit as i64],
                 read_info,
@@ -294,7 +316,7 @@ impl Store {
     /// first.
     pub async fn unfinished_task_ids(&self) -> Result<Vec<(String, String)>, StoreError> {
         self.read(|conn| {
-            let mut stmt = conn.prepare(
+            let mut stmt = conn.prepare_cached(
                 "SELECT id, kind FROM tasks WHERE status IN ('pending', 'running') \
                  ORDER BY created_at",
             )?;
@@ -308,7 +330,8 @@ impl Store {
         self.read(|conn| {
             let mut counts: BTreeMap<TaskStatus, u64> =
                 TaskStatus::ALL.into_iter().map(|s| (s, 0)).collect();
-            let mut stmt = conn.prepare("SELECT status, COUNT(*) FROM tasks GROUP BY status")?;
+            let mut stmt =
+                conn.prepare_cached("SELECT status, COUNT(*) FROM tasks GROUP BY status")?;
             let mut rows = stmt.query([])?;
             while let Some(row) = rows.next()? {
                 let status: String = row.get(0)?;
@@ -393,19 +416,19 @@ impl Store {
 
 fn insert(conn: &Connection, task: &NewTask) -> Result<(), StoreError> {
     let now = now_ms();
-    conn.execute(
+    conn.prepare_cached(
         "INSERT INTO tasks (id, kind, owner, params, status, total, checkpoint, message, \
          created_at, updated_at) VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6, 'queued', ?7, ?7)",
-        params![
-            task.id,
-            task.kind,
-            task.owner,
-            task.params.to_string(),
-            task.total,
-            task.checkpoint.to_string(),
-            now
-        ],
-    )?;
+    )?
+    .execute(params![
+        task.id,
+        task.kind,
+        task.owner,
+        task.params.to_string(),
+        task.total,
+        task.checkpoint.to_string(),
+        now
+    ])?;
     Ok(())
 }
 
@@ -556,6 +579,24 @@ mod tests {
         assert_eq!(failures, 1);
         assert!(store.get_task("bad").await.unwrap().is_none());
         assert_eq!(store.list_tasks(None, None, 100).await.unwrap().len(), 49);
+    }
+
+    /// A write alone in its transaction runs without a savepoint: when it fails, the writer
+    /// rolls the transaction back, so nothing of it stays, and the next write starts afresh.
+    #[tokio::test]
+    async fn a_failing_write_alone_is_rolled_back() {
+        let (_dir, store) = store().await;
+        let failed = store
+            .write(|conn| {
+                insert(conn, &new_task("bad"))?;
+                conn.execute("UPDATE tasks SET status = 'bogus' WHERE id = 'bad'", [])?;
+                Ok(())
+            })
+            .await;
+        assert!(matches!(failed, Err(StoreError::Sqlite(_))), "{failed:?}");
+        assert!(store.get_task("bad").await.unwrap().is_none());
+        store.insert_task(new_task("good")).await.unwrap();
+        assert_eq!(store.list_tasks(None, None, 10).await.unwrap().len(), 1);
     }
 
     /// The first reference server computed its clean-up date by subtracting days from the day

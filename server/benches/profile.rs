@@ -1,0 +1,115 @@
+//! A fixed workload to profile under callgrind, not a timing benchmark: the in-process server
+//! answers `CALLS` sequential `ping`s, or `CALLS` `start_batch_processing` calls whose instant
+//! tasks (time scale 0) are then waited for, on one session over HTTP.
+//!
+//! The measured part runs between `profile_begin` and `profile_end`, which do nothing: callgrind
+//! zeroes its counters on entering the first and dumps them on entering the second, so start-up,
+//! the session's opening, a warm-up and shutdown stay out of the figure:
+//!
+//! ```text
+//! CARGO_PROFILE_BENCH_DEBUG=line-tables-only cargo bench -p durable-mcp-server --bench profile --no-run
+//! valgrind --tool=callgrind --zero-before='*profile_begin*' --dump-before='*profile_end*' \
+//!     target/release/deps/profile-<hash> ping     # or: start
+//! callgrind_annotate --inclusive=yes callgrind.out.<pid>.1 | head -60
+//! ```
+//!
+//! The instruction count includes the client (reqwest) in the same process; it is the same on
+//! both sides of a comparison.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::{Session, serve};
+
+mod support;
+
+const CALLS: usize = 300;
+const WARM_UP: usize = 20;
+
+// Each touches its own name so that the linker cannot fold the two into one function.
+#[inline(never)]
+fn profile_begin() {
+    std::hint::black_box("profile_begin");
+}
+
+#[inline(never)]
+fn profile_end() {
+    std::hint::black_box("profile_end");
+}
+
+fn ping(id: usize) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "ping"})
+}
+
+fn start(id: usize) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "start_batch_processing",
+        "arguments": {"batch_size": 10, "total_items": 10, "processing_delay": 0}}})
+}
+
+/// Whether no task is pending or running.
+async fn all_finished(session: &Session) -> bool {
+    for uri in ["task://list/pending", "task://list/running"] {
+        let reply = session
+            .post(
+                json!({"jsonrpc": "2.0", "id": 0, "method": "resources/read",
+                         "params": {"uri": uri}}),
+            )
+            .await;
+        let data = reply
+            .lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .map(str::trim)
+            .find(|data| !data.is_empty())
+            .expect("a reply event");
+        let message: Value = serde_json::from_str(data).unwrap();
+        let text = message["result"]["contents"][0]["text"].as_str().unwrap();
+        let list: Value = serde_json::from_str(text).unwrap();
+        if list["total"] != 0 {
+            return false;
+        }
+    }
+    true
+}
+
+async fn run(workload: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let served = serve(support::config(
+        &dir.path().join("profile.db"),
+        &dir.path().join("data"),
+    ))
+    .await;
+    let session = Session::open(served.url.clone()).await;
+    let body: fn(usize) -> Value = match workload {
+        "ping" => ping,
+        "start" => start,
+        other => panic!("unknown workload {other:?}: ping or start"),
+    };
+    for i in 0..WARM_UP {
+        assert!(session.post(body(i + 1)).await.contains("\"result\""));
+    }
+    while !all_finished(&session).await {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    profile_begin();
+    for i in 0..CALLS {
+        let reply = session.post(body(i + 1_000)).await;
+        assert!(reply.contains("\"result\""), "unexpected reply {reply}");
+    }
+    // A start is done when its task is: wait for the tail, polling as little as possible.
+    while !all_finished(&session).await {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    profile_end();
+    served.stop().await;
+}
+
+fn main() {
+    let workload = std::env::args()
+        .skip(1)
+        .find(|arg| !arg.starts_with('-'))
+        .unwrap_or_else(|| "ping".to_owned());
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(run(&workload));
+}
