@@ -1,6 +1,8 @@
 //! A fixed workload to profile under callgrind, not a timing benchmark: the in-process server
-//! answers `CALLS` sequential `ping`s, or `CALLS` `start_batch_processing` calls whose instant
-//! tasks (time scale 0) are then waited for, on one session over HTTP.
+//! answers `CALLS` sequential `ping`s (`ping`), or `CALLS` `start_batch_processing` calls whose
+//! instant tasks (time scale 0) are then waited for (`start`), on one session over HTTP; or it
+//! replays `MISSED` stored events to a client resuming the session's standalone stream with
+//! `Last-Event-ID` (`replay`, as `benches/streams.rs` times it).
 //!
 //! The measured part runs between `profile_begin` and `profile_end`, which do nothing: callgrind
 //! zeroes its counters on entering the first and dumps them on entering the second, so start-up,
@@ -13,18 +15,26 @@
 //! callgrind_annotate --inclusive=yes callgrind.out.<pid>.1 | head -60
 //! ```
 //!
+//! With debug information, callgrind files costs under each inlined function's source file; to
+//! see them per function, strip it from a copy first (`objcopy --strip-debug`).
+//!
 //! The instruction count includes the client (reqwest) in the same process; it is the same on
 //! both sides of a comparison.
 
 use std::time::Duration;
 
+use durable_mcp_server::store::{NewEvent, Store};
+use durable_mcp_server::streams::StreamStore;
+use futures::StreamExt;
 use serde_json::{Value, json};
 use support::{Session, serve};
+use tokio_util::sync::CancellationToken;
 
 mod support;
 
 const CALLS: usize = 300;
 const WARM_UP: usize = 20;
+const MISSED: usize = 10_000;
 
 // Each touches its own name so that the linker cannot fold the two into one function.
 #[inline(never)]
@@ -72,18 +82,65 @@ async fn all_finished(session: &Session) -> bool {
     true
 }
 
+/// Stores `MISSED` events on the session's standalone stream after the one whose id the client
+/// holds, then reads them all through a GET with `Last-Event-ID`.
+async fn replay(db: &std::path::Path, session: &Session) {
+    // A second handle on the same database plays the part of the server's own writes.
+    let writer = StreamStore::new(Store::open(db).unwrap(), CancellationToken::new());
+    let event = |n: usize| NewEvent {
+        stream_id: format!("{}:common", session.session),
+        session_id: Some(session.session.clone()),
+        message: Some(
+            json!({"jsonrpc": "2.0", "method": "notifications/resources/updated",
+                   "params": {"uri": format!("task://status/{n:08}")}})
+            .to_string(),
+        ),
+        retry_ms: None,
+        finishes: false,
+        binding: None,
+    };
+    let first = writer.append(event(0)).await.unwrap();
+    for n in 1..=MISSED {
+        writer.append(event(n)).await.unwrap();
+    }
+    profile_begin();
+    let response = session
+        .http
+        .get(&session.url)
+        .header("Accept", "text/event-stream")
+        .header("Mcp-Session-Id", &session.session)
+        .header("MCP-Protocol-Version", "2025-11-25")
+        .header("Last-Event-ID", first.to_string())
+        .send()
+        .await
+        .unwrap();
+    let mut body = response.bytes_stream();
+    let mut received = 0;
+    let mut pending = Vec::new();
+    while received < MISSED {
+        pending.extend_from_slice(&body.next().await.expect("stream open").unwrap());
+        while let Some(end) = pending.windows(2).position(|w| w == b"\n\n") {
+            received += usize::from(pending[..end].starts_with(b"data: {"));
+            pending.drain(..end + 2);
+        }
+    }
+    profile_end();
+}
+
 async fn run(workload: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let served = serve(support::config(
-        &dir.path().join("profile.db"),
-        &dir.path().join("data"),
-    ))
-    .await;
+    let db = dir.path().join("profile.db");
+    let served = serve(support::config(&db, &dir.path().join("data"))).await;
     let session = Session::open(served.url.clone()).await;
+    if workload == "replay" {
+        replay(&db, &session).await;
+        served.stop().await;
+        return;
+    }
     let body: fn(usize) -> Value = match workload {
         "ping" => ping,
         "start" => start,
-        other => panic!("unknown workload {other:?}: ping or start"),
+        other => panic!("unknown workload {other:?}: ping, start or replay"),
     };
     for i in 0..WARM_UP {
         assert!(session.post(body(i + 1)).await.contains("\"result\""));

@@ -128,7 +128,10 @@ pub async fn resumable(State(state): State<ResumeState>, request: Request, next:
                     Ok(chunk) => chunk,
                     Err(e) => return Some((Err(e), (frames, rewriter))),
                 };
-                let out = rewriter.feed(&chunk).await;
+                let out = match rewriter.passes_through() {
+                    true => rewriter.pass(chunk),
+                    false => rewriter.feed(&chunk).await,
+                };
                 if !out.is_empty() {
                     return Some((Ok::<Bytes, axum::Error>(out), (frames, rewriter)));
                 }
@@ -368,6 +371,23 @@ fn with_data(text: &str, data: &str) -> Bytes {
 }
 
 impl Rewriter {
+    /// Whether no event can need a change any more: on a session that keeps priming events,
+    /// once the stream's session is recorded and the standalone stream's priming event stamped
+    /// (at once on a resumed stream). Chunks then pass as they are: parsing every event of a
+    /// replay was a sixth of its instructions.
+    fn passes_through(&self) -> bool {
+        self.priming == Priming::Keep && self.bind_session.is_none() && self.stamp_priming.is_none()
+    }
+
+    /// `chunk` after whatever is buffered, unparsed.
+    fn pass(&mut self, chunk: Bytes) -> Bytes {
+        if self.buffer.is_empty() {
+            return chunk;
+        }
+        self.buffer.extend_from_slice(&chunk);
+        self.buffer.split().freeze()
+    }
+
     async fn feed(&mut self, chunk: &[u8]) -> Bytes {
         self.buffer.extend_from_slice(chunk);
         let mut out = BytesMut::new();
@@ -680,6 +700,38 @@ mod tests {
         );
         assert_eq!(take_event(&mut buffer), None);
         assert_eq!(&buffer[..], b"id: a.2\n");
+    }
+
+    /// Once no event can need a change, chunks pass unparsed and in order, after whatever an
+    /// earlier chunk left half-read.
+    #[tokio::test]
+    async fn once_the_session_is_recorded_chunks_pass_unparsed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(&dir.path().join("t.db")).unwrap();
+        let mut rewriter = Rewriter {
+            streams: StreamStore::new(store, tokio_util::sync::CancellationToken::new()),
+            buffer: BytesMut::new(),
+            priming: Priming::Keep,
+            held: None,
+            bind_session: Some("s1".into()),
+            stamp_priming: None,
+            sse_retry: Duration::from_secs(3),
+            added_capabilities: Default::default(),
+            _open: None,
+        };
+        assert!(!rewriter.passes_through());
+        let priming = format!("data: \nid: {TOKEN}.1\nretry: 3000\n\n");
+        let out = rewriter
+            .feed(format!("{priming}data: {{\"id\"").as_bytes())
+            .await;
+        assert_eq!(&out[..], priming.as_bytes());
+        assert!(rewriter.passes_through());
+        let rest = Bytes::from_static(b":1}\nid: a.2\n\n: keep-alive");
+        assert_eq!(
+            &rewriter.pass(rest.clone())[..],
+            b"data: {\"id\":1}\nid: a.2\n\n: keep-alive"
+        );
+        assert_eq!(rewriter.pass(rest.clone()), rest);
     }
 
     #[test]

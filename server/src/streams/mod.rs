@@ -13,8 +13,9 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use rmcp::model::{
-    CustomResult, JsonRpcResponse, JsonRpcVersion2_0, ProtocolVersion, ServerJsonRpcMessage,
-    ServerResult,
+    CustomNotification, CustomRequest, CustomResult, ErrorData, JsonRpcError, JsonRpcNotification,
+    JsonRpcRequest, JsonRpcResponse, JsonRpcVersion2_0, ProtocolVersion, RequestId,
+    ServerJsonRpcMessage, ServerNotification, ServerRequest, ServerResult,
 };
 use rmcp::transport::common::server_side_http::ServerSseMessage;
 use rmcp::transport::streamable_http_server::session::{
@@ -374,20 +375,61 @@ impl StreamStore {
     }
 }
 
-/// A stored message as it is sent again. A response keeps its result exactly as stored: parsed
-/// into rmcp's typed results, fields its types do not model (the 2025-11-25 task shapes, tools'
-/// `execution`) would be lost, or the result taken for another type.
+/// The members of a stored JSON-RPC message (its `jsonrpc` is always "2.0").
+#[derive(serde::Deserialize)]
+struct StoredMessage {
+    id: Option<RequestId>,
+    method: Option<String>,
+    params: Option<serde_json::Value>,
+    result: Option<serde_json::Value>,
+    error: Option<ErrorData>,
+}
+
+/// A stored message as it is sent again, with its result or params exactly as stored.
+///
+/// rmcp sends only its typed messages, so the stored text is parsed, but only as far as its
+/// members: rmcp's custom request, notification and result carry params and result as JSON
+/// values. rmcp's own parse into its typed messages would lose the fields its types do not
+/// model (the 2025-11-25 task shapes, tools' `execution`) or take a result for another type,
+/// and it cost as much as all the rest of a replay: it tries each message shape, then each
+/// notification type, in turn.
 fn replayed(text: &str) -> Result<ServerJsonRpcMessage, serde_json::Error> {
-    let mut value: serde_json::Value = serde_json::from_str(text)?;
-    let id = value.get("id").cloned();
-    if let (Some(id), Some(result)) = (id, value.get_mut("result")) {
-        return Ok(ServerJsonRpcMessage::Response(JsonRpcResponse {
-            jsonrpc: JsonRpcVersion2_0,
-            id: serde_json::from_value(id)?,
-            result: ServerResult::CustomResult(CustomResult(result.take())),
-        }));
-    }
-    serde_json::from_value(value)
+    let StoredMessage {
+        id,
+        method,
+        params,
+        result,
+        error,
+    } = serde_json::from_str(text)?;
+    let jsonrpc = JsonRpcVersion2_0;
+    Ok(match (id, method, result, error) {
+        (Some(id), None, Some(result), None) => ServerJsonRpcMessage::Response(JsonRpcResponse {
+            jsonrpc,
+            id,
+            result: ServerResult::CustomResult(CustomResult(result)),
+        }),
+        (Some(id), Some(method), None, None) => ServerJsonRpcMessage::Request(JsonRpcRequest {
+            jsonrpc,
+            id,
+            request: ServerRequest::CustomRequest(CustomRequest::new(method, params)),
+        }),
+        (None, Some(method), None, None) => {
+            ServerJsonRpcMessage::Notification(JsonRpcNotification {
+                jsonrpc,
+                notification: ServerNotification::CustomNotification(CustomNotification::new(
+                    method, params,
+                )),
+            })
+        }
+        (id, None, None, Some(error)) => {
+            ServerJsonRpcMessage::Error(JsonRpcError { jsonrpc, id, error })
+        }
+        _ => {
+            return Err(serde::de::Error::custom(
+                "neither a request, a notification, a result nor an error",
+            ));
+        }
+    })
 }
 
 /// An SSE event from the store, and whether it ends its stream (a response or error).
@@ -527,5 +569,73 @@ impl SessionStore for StreamStore {
             .remove(session_id);
         self.inner.store.delete_session(session_id).await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// Each kind of stored message is sent again as stored, fields rmcp does not model included,
+    /// and only a response or an error ends its stream.
+    #[test]
+    fn stored_messages_are_sent_as_stored() {
+        let messages = [
+            (
+                json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {
+                    "progressToken": 1, "progress": 2, "unmodelled": [true],
+                    "_meta": {BINDING_META_KEY: "b"}}}),
+                false,
+            ),
+            (
+                json!({"jsonrpc": "2.0", "method": "notifications/tasks/status",
+                       "params": {"taskId": "t", "status": "working"}}),
+                false,
+            ),
+            (
+                json!({"jsonrpc": "2.0", "id": 7, "method": "elicitation/create",
+                       "params": {"message": "m", "requestedSchema": {}}}),
+                false,
+            ),
+            (
+                json!({"jsonrpc": "2.0", "id": "a",
+                       "result": {"task": {"taskId": "t", "status": "working"}}}),
+                true,
+            ),
+            (
+                json!({"jsonrpc": "2.0", "id": 8, "error": {"code": -32602,
+                       "message": "bad", "data": {"field": "x"}}}),
+                true,
+            ),
+        ];
+        for (message, ends) in messages {
+            let stored = StoredEvent {
+                seq: 3,
+                message: Some(message.to_string()),
+                retry_ms: None,
+            };
+            let (sse, last) = decode("tok", &stored).unwrap();
+            let sent = serde_json::to_value(sse.message.as_deref().unwrap()).unwrap();
+            assert_eq!((sent, last), (message, ends));
+            assert_eq!(sse.event_id.as_deref(), Some("tok.3"));
+        }
+        let priming = StoredEvent {
+            seq: 1,
+            message: None,
+            retry_ms: Some(3000),
+        };
+        let (sse, last) = decode("tok", &priming).unwrap();
+        assert!(sse.message.is_none() && !last);
+        assert_eq!(sse.retry, Some(Duration::from_secs(3)));
+        for malformed in ["[]", r#"{"jsonrpc": "2.0"}"#, r#"{"id": 1, "method": 2}"#] {
+            let stored = StoredEvent {
+                seq: 2,
+                message: Some(malformed.into()),
+                retry_ms: None,
+            };
+            assert!(decode("tok", &stored).is_err(), "{malformed}");
+        }
     }
 }
