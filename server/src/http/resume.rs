@@ -119,12 +119,16 @@ pub async fn resumable(State(state): State<ResumeState>, request: Request, next:
             .map(|session| state.streams.open_stream(&session)),
     };
     let (parts, body) = response.into_parts();
-    let frames = body.into_data_stream();
+    // rmcp's SSE body yields each event as a frame of its own, which goes out as an HTTP chunk
+    // of its own, which the client reads as a frame of its own, waking its task for each:
+    // two futex calls an event on either side during a replay. The frames ready at once (a
+    // replay has hundreds) go out as one chunk.
+    let frames = body.into_data_stream().ready_chunks(READY_FRAMES);
     let stream = futures::stream::unfold(
         (frames, rewriter),
         |(mut frames, mut rewriter)| async move {
             loop {
-                let chunk = match frames.next().await? {
+                let chunk = match joined(frames.next().await?) {
                     Ok(chunk) => chunk,
                     Err(e) => return Some((Err(e), (frames, rewriter))),
                 };
@@ -139,6 +143,22 @@ pub async fn resumable(State(state): State<ResumeState>, request: Request, next:
         },
     );
     Response::from_parts(parts, Body::from_stream(stream))
+}
+
+/// Most frames of an SSE body sent as one chunk.
+const READY_FRAMES: usize = 64;
+
+/// Frames of an SSE body as one chunk. rmcp's SSE bodies cannot fail; were one to, its error
+/// would end the response.
+fn joined(frames: Vec<Result<Bytes, axum::Error>>) -> Result<Bytes, axum::Error> {
+    if frames.len() == 1 {
+        return frames.into_iter().next().expect("one frame");
+    }
+    let mut chunk = BytesMut::new();
+    for frame in frames {
+        chunk.extend_from_slice(&frame?);
+    }
+    Ok(chunk.freeze())
 }
 
 /// What the store holds of the stream `last_event_id` names, and the verdict on it.
@@ -700,6 +720,14 @@ mod tests {
         );
         assert_eq!(take_event(&mut buffer), None);
         assert_eq!(&buffer[..], b"id: a.2\n");
+    }
+
+    #[test]
+    fn frames_ready_together_go_out_as_one_chunk() {
+        let event = Bytes::from_static(b"data: 1\nid: a.1\n\n");
+        assert_eq!(joined(vec![Ok(event.clone())]).unwrap(), event);
+        let both = joined(vec![Ok(event), Ok(Bytes::from_static(b": keep-alive\n\n"))]).unwrap();
+        assert_eq!(&both[..], b"data: 1\nid: a.1\n\n: keep-alive\n\n");
     }
 
     /// Once no event can need a change, chunks pass unparsed and in order, after whatever an
