@@ -11,9 +11,15 @@
 //! ```text
 //! CARGO_PROFILE_BENCH_DEBUG=line-tables-only cargo bench -p durable-mcp-server --bench profile --no-run
 //! valgrind --tool=callgrind --zero-before='*profile_begin*' --dump-before='*profile_end*' \
-//!     target/release/deps/profile-<hash> ping     # or: start
+//!     target/release/deps/profile-<hash> ping     # or: start, replay
+//! grep '^totals' callgrind.out.<pid>.1
 //! callgrind_annotate --inclusive=yes callgrind.out.<pid>.1 | head -60
 //! ```
+//!
+//! The figure is the dump's `totals:` line. Its `summary:` line, which callgrind_annotate shows
+//! as the program total, also counts what other threads did before the counters were zeroed
+//! (for `replay`, the storing of the events), and so do the inclusive costs of calls that began
+//! before: of thread start-up, worker loops and the like.
 //!
 //! With debug information, callgrind files costs under each inlined function's source file; to
 //! see them per function, strip it from a copy first (`objcopy --strip-debug`).
