@@ -349,21 +349,19 @@ impl Routes {
                 targets.entry(*key).or_default().1 = true;
             }
         }
-        let handles = if task.status.is_terminal() {
-            index.handles.remove(&task.task_id)
-        } else {
-            index.handles.get(&task.task_id).cloned()
-        };
-        if before != Some(task.status) {
+        if before != Some(task.status)
+            && let Some(handles) = index.handles.get(&task.task_id)
+        {
             let now = chrono::Utc::now().timestamp_millis();
-            for handle in handles.iter().flatten() {
-                if !handle.live_at(task, now) {
-                    continue;
-                }
+            for handle in handles.iter().filter(|handle| handle.live_at(task, now)) {
                 for key in index.by_client.get(&handle.requester).into_iter().flatten() {
                     targets.entry(*key).or_default().2 = Some(handle.clone());
                 }
             }
+        }
+        // Nothing follows a terminal status: its handles need no more routing.
+        if task.status.is_terminal() {
+            index.handles.remove(&task.task_id);
         }
         if targets.is_empty() {
             return;
