@@ -1,41 +1,38 @@
-//! SQLite storage: the only module that issues SQL.
+//! Storage: the only module that issues SQL.
 //!
-//! Writes go through one writer thread that owns the read-write connection and commits whatever
-//! is queued in one transaction (group commit): each caller is answered only after the batch
-//! holding its write is durable, so nothing is announced before it is on disk, and a burst of
-//! small writes costs one fsync instead of one each. Every write runs in its own savepoint, so a
-//! failing write rolls back alone and does not take its batch-mates with it.
+//! The rest of the server speaks to four repositories, one trait each: [`TaskRepo`] (tasks and
+//! their checkpoints), [`StreamRepo`] (SSE streams, their events and the tool calls bound to
+//! them), [`SessionRepo`] (MCP sessions and their subscriptions) and [`HandleRepo`] (MCP task
+//! handles). [`Store`] is a cheap handle on one backend implementing all four:
+//! - [`sqlite`], the embedded default for one machine: one writer thread with group commit.
+//! - [`postgres`], for a fleet of nodes sharing one database.
 //!
-//! Reads use a small pool of read-only connections on blocking threads; WAL lets them run while
-//! the writer commits. Neither path ever blocks the async runtime.
+//! Every backend keeps the same promises, which the contract tests in `tests.rs` check on each:
+//! a caller is answered only once its write is durable; a state change and what it reveals
+//! commit together; the lifecycle's rules (a terminal status is never left, a paused task never
+//! advanced, only the current lease commits a step) are enforced by the database, not by the
+//! timing of callers.
 
-mod handles;
-mod migrations;
-mod streams;
-mod tasks;
+mod model;
+pub mod sqlite;
 
+use std::collections::BTreeMap;
+use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
-use rusqlite::{Connection, OpenFlags};
-use tokio::sync::oneshot;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use durable_shared::{CheckpointStats, TaskInfo, TaskStatus};
 
-pub use handles::TaskHandle;
-pub use streams::{CallBinding, NewEvent, StoredEvent, StreamInfo};
-pub use tasks::{NewTask, StepCommit, TaskRow, Transition};
+pub use model::{
+    CallBinding, NewEvent, NewTask, StepCommit, StoredEvent, StreamInfo, TaskHandle, TaskRow,
+    Transition,
+};
 
 pub(crate) fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
+    Utc::now().timestamp_millis()
 }
-
-/// Most writes one transaction takes before it commits; bounds the latency of the first writer.
-const MAX_BATCH: usize = 256;
-
-/// Prepared statements each connection keeps. rusqlite keeps 16, fewer than the writer runs
-/// (some thirty, with the transaction control), so a statement evicted by the others would be
-/// prepared again.
-const STATEMENT_CACHE: usize = 64;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -45,7 +42,7 @@ pub enum StoreError {
     Json(#[from] serde_json::Error),
     #[error(
         "database schema version {found} is newer than this binary supports ({supported}); \
-         upgrade durable-mcp or point --db at another file"
+         upgrade durable-mcp or use another database"
     )]
     TooNew { found: i64, supported: i64 },
     #[error("the store has shut down")]
@@ -60,265 +57,236 @@ pub enum StoreError {
     WriterThread(#[source] std::io::Error),
 }
 
-type Reply = Box<dyn FnOnce(Result<(), &Arc<StoreError>>) + Send>;
-/// A queued write. It is called inside the batch's transaction, or with `None` when that
-/// transaction could not even begin; either way it returns whether the write succeeded and the
-/// reply to send once the batch's fate is known.
-type WriteJob = Box<dyn FnOnce(Option<Batch<'_>>) -> (bool, Reply) + Send>;
-
-/// The transaction a queued write runs in.
-#[derive(Clone, Copy)]
-struct Batch<'c> {
-    conn: &'c Connection,
-    /// Other writes share the transaction, so this one runs in its own savepoint. A write
-    /// alone in its transaction needs none: if it fails, the writer rolls the transaction back,
-    /// which undoes that write and nothing else. Most transactions hold a single write, and a
-    /// savepoint costs two statements and a copy of every page the write changes.
-    shared: bool,
+/// Which database the server keeps its state in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Database {
+    /// An SQLite file on this machine (created if missing).
+    Sqlite(PathBuf),
 }
 
-/// A cheap-to-clone handle on the database.
-#[derive(Clone)]
-pub struct Store {
-    writer: std::sync::mpsc::Sender<WriteJob>,
-    readers: Arc<ReaderPool>,
-    path: Arc<PathBuf>,
+impl fmt::Display for Database {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Database::Sqlite(path) => write!(f, "SQLite database {}", path.display()),
+        }
+    }
 }
 
-impl std::fmt::Debug for Store {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("path", &self.path).finish()
+/// Tasks and their checkpoints.
+#[async_trait]
+pub trait TaskRepo: Send + Sync {
+    /// Stores a new task as `pending`.
+    async fn insert_task(&self, task: NewTask) -> Result<TaskInfo, StoreError>;
+
+    /// Stores `task` unless a task with its id exists; returns the stored task and whether it
+    /// was created by this call. Used for tasks whose id is derived from their arguments.
+    async fn insert_or_get_task(&self, task: NewTask) -> Result<(TaskInfo, bool), StoreError>;
+
+    /// Marks a `pending` (or orphaned `running`) task as running under a fresh lease and returns
+    /// it with its checkpoint; `None` if its status does not allow running.
+    async fn claim_task(&self, id: &str) -> Result<Option<TaskRow>, StoreError>;
+
+    /// Commits one step. Returns the updated task, or `None` if the worker lost its lease (the
+    /// task was paused, cancelled or claimed by another worker): then nothing is written.
+    async fn commit_step(&self, commit: StepCommit) -> Result<Option<TaskInfo>, StoreError>;
+
+    /// Marks the task `failed` if `lease` is still its worker's.
+    async fn fail_task(
+        &self,
+        id: &str,
+        lease: i64,
+        error: String,
+    ) -> Result<Option<TaskInfo>, StoreError>;
+
+    /// Moves the task to `to` if its status is one of `from`.
+    async fn transition(
+        &self,
+        id: &str,
+        from: &'static [TaskStatus],
+        to: TaskStatus,
+    ) -> Result<Transition, StoreError>;
+
+    async fn get_task(&self, id: &str) -> Result<Option<TaskInfo>, StoreError>;
+
+    /// Tasks, newest first, optionally only one owner's and only one status.
+    async fn list_tasks(
+        &self,
+        owner: Option<String>,
+        status: Option<TaskStatus>,
+        limit: usize,
+    ) -> Result<Vec<TaskInfo>, StoreError>;
+
+    /// Id and kind of the tasks a worker should be advancing: `pending` and `running`, oldest
+    /// first.
+    async fn unfinished_task_ids(&self) -> Result<Vec<(String, String)>, StoreError>;
+
+    async fn status_counts(&self) -> Result<BTreeMap<TaskStatus, u64>, StoreError>;
+
+    async fn checkpoint_stats(&self) -> Result<CheckpointStats, StoreError>;
+
+    /// Deletes terminal tasks that finished before `cutoff`; returns how many.
+    async fn purge_finished_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError>;
+
+    /// A random secret created with the database, for deriving ids that must be stable for the
+    /// same inputs yet unguessable to anyone without the database.
+    async fn server_secret(&self) -> Result<[u8; 32], StoreError>;
+}
+
+/// SSE streams, their events, and the tool calls that durable tasks report to.
+///
+/// Event ids are `{token}.{seq}`: `token` is 128 random bits naming one stream (and, through
+/// the stream, its session), `seq` counts that stream's events from 1. A token is never
+/// reused, so ids stay unique across restarts, clean-ups and even a wiped database, and nobody
+/// can guess another stream's ids.
+#[async_trait]
+pub trait StreamRepo: Send + Sync {
+    /// Appends an event to its stream (creating the stream on its first event) and returns the
+    /// stream's token and the event's seq.
+    async fn append_event(&self, event: NewEvent) -> Result<(String, u64), StoreError>;
+
+    /// Records that `session_id` received the stream `token`. Returns whether the stream is
+    /// that session's: false if it belongs to another, or does not exist.
+    async fn bind_stream_session(&self, token: &str, session_id: &str) -> Result<bool, StoreError>;
+
+    async fn stream_info(&self, token: &str) -> Result<Option<StreamInfo>, StoreError>;
+
+    async fn event_exists(&self, token: &str, seq: u64) -> Result<bool, StoreError>;
+
+    /// At most `limit` events of stream `token` after `seq`, in order.
+    async fn events_after(
+        &self,
+        token: &str,
+        seq: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError>;
+
+    /// Deletes events stored before `cutoff_ms`; returns how many.
+    async fn prune_events_before(&self, cutoff_ms: i64) -> Result<u64, StoreError>;
+
+    /// Records a tool call that task `binding.task_id` reports to, made on this process
+    /// (`instance`).
+    async fn insert_binding(&self, binding: CallBinding, instance: &str) -> Result<(), StoreError>;
+
+    /// Open bindings made by processes other than `instance`: calls whose handler died.
+    async fn orphaned_bindings(&self, instance: &str) -> Result<Vec<CallBinding>, StoreError>;
+
+    /// Marks the binding's call as answered.
+    async fn finish_binding(&self, id: &str) -> Result<(), StoreError>;
+
+    /// The newest message of stream `stream_id` containing `needle`.
+    async fn last_event_containing(
+        &self,
+        stream_id: &str,
+        needle: &str,
+    ) -> Result<Option<String>, StoreError>;
+}
+
+/// MCP sessions (their initialize parameters survive restarts) and their resource
+/// subscriptions.
+#[async_trait]
+pub trait SessionRepo: Send + Sync {
+    /// Stores (or replaces) a session's state and negotiated protocol version.
+    async fn save_session(
+        &self,
+        id: &str,
+        state: String,
+        protocol_version: String,
+    ) -> Result<(), StoreError>;
+
+    async fn load_session(&self, id: &str) -> Result<Option<String>, StoreError>;
+
+    /// Deletes a session with its streams, events and call bindings; returns whether it existed.
+    async fn delete_session(&self, id: &str) -> Result<bool, StoreError>;
+
+    /// Marks the sessions as seen now.
+    async fn touch_sessions(&self, ids: Vec<String>) -> Result<(), StoreError>;
+
+    /// Sessions last seen before `cutoff_ms`.
+    async fn idle_sessions(&self, cutoff_ms: i64) -> Result<Vec<String>, StoreError>;
+
+    async fn set_subscription(
+        &self,
+        session_id: &str,
+        uri: &str,
+        subscribed: bool,
+    ) -> Result<(), StoreError>;
+
+    async fn subscriptions(&self, session_id: &str) -> Result<Vec<String>, StoreError>;
+}
+
+/// MCP task handles: which engine tasks task-augmented `tools/call`s created, whose handle each
+/// is (the client that made the call), the tool, and its time to live.
+///
+/// A handle lives `ttl_ms` from its task's creation. Reads treat an expired handle as gone at
+/// once; [`HandleRepo::purge_expired_handles`] deletes the rows later. The task itself is the
+/// engine's and follows the engine's retention.
+#[async_trait]
+pub trait HandleRepo: Send + Sync {
+    /// Creates `requester`'s handle on the task, or extends an existing one to live at least
+    /// `ttl_ms` from now (never shortening it). `None` if the handle is already expired.
+    async fn upsert_handle(
+        &self,
+        task_id: &str,
+        requester: &str,
+        tool: &str,
+        ttl_ms: u64,
+    ) -> Result<Option<TaskHandle>, StoreError>;
+
+    async fn handle(
+        &self,
+        task_id: &str,
+        requester: &str,
+    ) -> Result<Option<TaskHandle>, StoreError>;
+
+    /// `requester`'s live handles in creation order, after the `(created_at ms, task id)`
+    /// cursor.
+    async fn list_handles(
+        &self,
+        requester: &str,
+        after: Option<(i64, String)>,
+        limit: usize,
+    ) -> Result<Vec<TaskHandle>, StoreError>;
+
+    /// The live handles on tasks not yet finished (what the router follows at start).
+    async fn unfinished_handles(&self) -> Result<Vec<TaskHandle>, StoreError>;
+
+    /// Deletes expired handles; returns how many.
+    async fn purge_expired_handles(&self) -> Result<u64, StoreError>;
+}
+
+/// A backend: all four repositories on one database.
+pub trait Backend: TaskRepo + StreamRepo + SessionRepo + HandleRepo + fmt::Debug {}
+
+impl<T: TaskRepo + StreamRepo + SessionRepo + HandleRepo + fmt::Debug> Backend for T {}
+
+/// A cheap-to-clone handle on the backend the server was started with. Call the repositories'
+/// methods on it (with their traits in scope).
+#[derive(Clone, Debug)]
+pub struct Store(Arc<dyn Backend>);
+
+impl std::ops::Deref for Store {
+    type Target = dyn Backend;
+
+    fn deref(&self) -> &Self::Target {
+        &*self.0
     }
 }
 
 impl Store {
-    /// Opens (creating if needed) and migrates the database at `path`, and starts its writer.
+    /// Opens (creating and migrating if needed) the embedded SQLite database at `path`.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        let mut conn = Connection::open(path)?;
-        configure(&conn)?;
-        migrations::migrate(&mut conn)?;
-        let (writer, jobs) = std::sync::mpsc::channel::<WriteJob>();
-        std::thread::Builder::new()
-            .name("store-writer".into())
-            .spawn(move || write_loop(conn, jobs))
-            .map_err(StoreError::WriterThread)?;
-        Ok(Store {
-            writer,
-            readers: Arc::new(ReaderPool {
-                path: path.to_owned(),
-                idle: Mutex::new(Vec::new()),
-            }),
-            path: Arc::new(path.to_owned()),
-        })
+        Ok(Store(Arc::new(sqlite::Sqlite::open(path)?)))
     }
 
-    /// Runs `f` inside the next group-committed transaction and returns its value once that
-    /// transaction is durable.
-    async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
-    {
-        let (tx, rx) = oneshot::channel();
-        let job: WriteJob = Box::new(move |batch| {
-            let outcome = batch.map(|batch| match batch.shared {
-                true => in_savepoint(batch.conn, f),
-                false => f(batch.conn),
-            });
-            let succeeded = matches!(outcome, Some(Ok(_)));
-            let reply = Box::new(move |commit: Result<(), &Arc<StoreError>>| {
-                let reply = match (outcome, commit) {
-                    (Some(Err(e)), _) => Err(e),
-                    (Some(Ok(value)), Ok(())) => Ok(value),
-                    (_, Err(e)) => Err(StoreError::Commit(e.clone())),
-                    // The writer calls a job without a connection only with an error; were it
-                    // ever otherwise, the write did not happen.
-                    (None, Ok(())) => Err(StoreError::Closed),
-                };
-                let _ = tx.send(reply);
-            });
-            (succeeded, reply as Reply)
-        });
-        self.writer.send(job).map_err(|_| StoreError::Closed)?;
-        rx.await.map_err(|_| StoreError::Closed)?
-    }
-
-    /// Runs `f` on a read-only connection on a blocking thread.
-    async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
-    {
-        let readers = self.readers.clone();
-        tokio::task::spawn_blocking(move || {
-            let conn = readers.take()?;
-            let result = f(&conn);
-            readers.put(conn);
-            result
-        })
-        .await
-        .map_err(|_| StoreError::Closed)?
-    }
-}
-
-fn configure(conn: &Connection) -> Result<(), StoreError> {
-    // WAL lets readers run during a write; FULL makes each commit survive power loss, not just a
-    // process crash. Both are connection settings, so they live here, not in a migration.
-    conn.pragma_update(None, "journal_mode", "WAL")?;
-    conn.pragma_update(None, "synchronous", "FULL")?;
-    conn.pragma_update(None, "foreign_keys", true)?;
-    conn.busy_timeout(Duration::from_secs(5))?;
-    keep_plans(conn)
-}
-
-/// Makes the statements `prepare_cached` keeps worth keeping, on every connection.
-///
-/// SQLite marks a statement for re-planning when a bound value might change its plan (a
-/// `LIMIT ?`, an `ORDER BY` next to `col = ?`, most joins), and then parses it again whenever
-/// its bindings are cleared, which rusqlite's cache does each time a statement is returned to
-/// it: the cached task-handle lookup was parsed afresh on every call, a third of the
-/// instructions of a `start_*` call. The query planner stability guarantee makes plans
-/// independent of bound values, which costs nothing here: the store keeps no statistics that a
-/// value could refine a plan with.
-fn keep_plans(conn: &Connection) -> Result<(), StoreError> {
-    conn.set_db_config(
-        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
-        true,
-    )?;
-    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-    Ok(())
-}
-
-/// Runs one statement that returns no rows through the connection's statement cache. The
-/// writer's transaction control (`BEGIN`, `COMMIT`, the savepoint around every write) runs this
-/// way, so that it is parsed once per connection rather than at every write, as
-/// `execute_batch` did.
-fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
-    conn.prepare_cached(sql)?.execute([])?;
-    Ok(())
-}
-
-fn in_savepoint<T>(
-    conn: &Connection,
-    f: impl FnOnce(&Connection) -> Result<T, StoreError>,
-) -> Result<T, StoreError> {
-    run_cached(conn, "SAVEPOINT job")?;
-    match f(conn) {
-        Ok(value) => {
-            run_cached(conn, "RELEASE job")?;
-            Ok(value)
-        }
-        Err(e) => {
-            run_cached(conn, "ROLLBACK TO job")?;
-            run_cached(conn, "RELEASE job")?;
-            Err(e)
-        }
-    }
-}
-
-fn write_loop(conn: Connection, jobs: std::sync::mpsc::Receiver<WriteJob>) {
-    while let Ok(first) = jobs.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match jobs.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
+    /// Connects to `database`, migrating its schema to this binary's version.
+    pub async fn connect(database: &Database) -> Result<Store, StoreError> {
+        match database {
+            Database::Sqlite(path) => {
+                let path = path.clone();
+                tokio::task::spawn_blocking(move || Store::open(&path))
+                    .await
+                    .map_err(|_| StoreError::Closed)?
             }
         }
-        let begun = run_cached(&conn, "BEGIN IMMEDIATE").map_err(|e| Arc::new(StoreError::from(e)));
-        if let Err(e) = begun {
-            tracing::error!(error = %e, "cannot begin a write transaction");
-            for job in batch {
-                job(None).1(Err(&e));
-            }
-            continue;
-        }
-        let shared = batch.len() > 1;
-        let mut succeeded = true;
-        let replies: Vec<Reply> = batch
-            .into_iter()
-            .map(|job| {
-                let (ok, reply) = job(Some(Batch {
-                    conn: &conn,
-                    shared,
-                }));
-                succeeded &= ok;
-                reply
-            })
-            .collect();
-        let committed = if shared || succeeded {
-            run_cached(&conn, "COMMIT").map_err(|e| Arc::new(StoreError::from(e)))
-        } else {
-            // The only write failed: rolling the transaction back undoes it, and its caller
-            // gets the write's own error.
-            if let Err(e) = run_cached(&conn, "ROLLBACK") {
-                tracing::error!(error = %e, "cannot roll back a failed write");
-            }
-            Ok(())
-        };
-        if let Err(e) = &committed {
-            tracing::error!(error = %e, "group commit failed");
-            let _ = conn.execute_batch("ROLLBACK");
-        }
-        for reply in replies {
-            reply(committed.as_ref().map(|_| ()));
-        }
-    }
-}
-
-struct ReaderPool {
-    path: PathBuf,
-    idle: Mutex<Vec<Connection>>,
-}
-
-impl ReaderPool {
-    fn take(&self) -> Result<Connection, StoreError> {
-        if let Some(conn) = self.idle.lock().expect("reader pool lock").pop() {
-            return Ok(conn);
-        }
-        let conn = Connection::open_with_flags(
-            &self.path,
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )?;
-        conn.busy_timeout(Duration::from_secs(5))?;
-        keep_plans(&conn)?;
-        Ok(conn)
-    }
-
-    fn put(&self, conn: Connection) {
-        let mut idle = self.idle.lock().expect("reader pool lock");
-        // A handful of connections covers the blocking pool's useful parallelism on this
-        // workload; extra ones are closed rather than hoarded.
-        if idle.len() < 8 {
-            idle.push(conn);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use rusqlite::StatementStatus;
-
-    use super::*;
-
-    /// The cached task-handle lookup was parsed afresh on every call: SQLite re-plans a statement
-    /// whose plan may depend on a bound value (here its `LIMIT ?`) each time rusqlite's cache
-    /// clears its bindings, unless the connection is set up by `keep_plans`.
-    #[test]
-    fn cached_statements_are_not_parsed_again() {
-        let conn = Connection::open_in_memory().unwrap();
-        keep_plans(&conn).unwrap();
-        conn.execute_batch("CREATE TABLE t (a INTEGER PRIMARY KEY, b TEXT)")
-            .unwrap();
-        const SQL: &str = "SELECT a FROM t WHERE b = ?1 ORDER BY a LIMIT ?2";
-        for limit in 1..4 {
-            let mut stmt = conn.prepare_cached(SQL).unwrap();
-            let rows = stmt
-                .query_map(rusqlite::params!["x", limit], |row| row.get::<_, i64>(0))
-                .unwrap();
-            assert_eq!(rows.count(), 0);
-        }
-        let stmt = conn.prepare_cached(SQL).unwrap();
-        assert_eq!(stmt.get_status(StatementStatus::RePrepare), 0);
     }
 }

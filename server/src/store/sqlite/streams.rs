@@ -1,63 +1,12 @@
-//! Resumable streams: MCP sessions, the SSE streams rmcp opens for them, every event sent on
-//! those streams, and the bindings between durable tasks and the tool calls waiting on them.
-//!
-//! Event ids are `{token}.{seq}`: `token` is 128 random bits naming one stream (and, through
-//! this table, its session), `seq` counts that stream's events from 1. A token is never reused,
-//! so ids stay unique across restarts, clean-ups and even a wiped database, and nobody can guess
-//! another stream's ids.
+//! [`StreamRepo`] on SQLite: the `streams`, `events` and `call_bindings` tables.
 
+use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{Store, StoreError, now_ms};
-
-/// One stored SSE event.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StoredEvent {
-    pub seq: u64,
-    /// The JSON-RPC message, or `None` for a priming event.
-    pub message: Option<String>,
-    pub retry_ms: Option<u64>,
-}
-
-/// What an event id's stream looks like.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StreamInfo {
-    /// `None` until the session that received the stream is known.
-    pub session_id: Option<String>,
-    /// The seq the next event will get.
-    pub next_seq: u64,
-    /// The stream's final response has been stored: nothing follows it.
-    pub finished: bool,
-}
-
-/// An event about to be appended.
-#[derive(Debug, Clone)]
-pub struct NewEvent {
-    /// rmcp's id of the stream.
-    pub stream_id: String,
-    /// The stream's session, when known at the time (the standalone GET stream).
-    pub session_id: Option<String>,
-    pub message: Option<String>,
-    pub retry_ms: Option<u64>,
-    /// The event is the stream's final response.
-    pub finishes: bool,
-    /// The event reveals the stream of this tool-call binding.
-    pub binding: Option<String>,
-}
-
-/// A tool call that a durable task reports to.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CallBinding {
-    pub id: String,
-    pub task_id: String,
-    pub session_id: String,
-    /// The JSON-RPC request id, as JSON.
-    pub request_id: String,
-    /// The request's progress token, as JSON.
-    pub progress_token: String,
-    /// rmcp's id of the call's stream, once its first progress notification was stored.
-    pub stream_id: Option<String>,
-}
+use super::Sqlite;
+use crate::store::{
+    CallBinding, NewEvent, StoreError, StoredEvent, StreamInfo, StreamRepo, now_ms,
+};
 
 fn new_token() -> String {
     hex::encode(rand::random::<[u8; 16]>())
@@ -112,32 +61,16 @@ fn append(conn: &Connection, event: &NewEvent) -> Result<(String, u64), StoreErr
     Ok((token, seq))
 }
 
-fn delete_session(conn: &Connection, session_id: &str) -> Result<bool, StoreError> {
-    conn.execute(
-        "DELETE FROM events WHERE token IN (SELECT token FROM streams WHERE session_id = ?1)",
-        [session_id],
-    )?;
-    conn.execute("DELETE FROM streams WHERE session_id = ?1", [session_id])?;
-    conn.execute(
-        "DELETE FROM call_bindings WHERE session_id = ?1",
-        [session_id],
-    )?;
-    Ok(conn.execute("DELETE FROM sessions WHERE id = ?1", [session_id])? > 0)
-}
-
-impl Store {
+#[async_trait]
+impl StreamRepo for Sqlite {
     /// Appends an event to its stream (creating the stream on its first event) and returns
     /// the stream's token and the event's seq, once durable.
-    pub async fn append_event(&self, event: NewEvent) -> Result<(String, u64), StoreError> {
+    async fn append_event(&self, event: NewEvent) -> Result<(String, u64), StoreError> {
         self.write(move |conn| append(conn, &event)).await
     }
 
     /// Records which session received the stream `token`; false if another session did.
-    pub async fn bind_stream_session(
-        &self,
-        token: &str,
-        session_id: &str,
-    ) -> Result<bool, StoreError> {
+    async fn bind_stream_session(&self, token: &str, session_id: &str) -> Result<bool, StoreError> {
         let (token, session_id) = (token.to_owned(), session_id.to_owned());
         self.write(move |conn| {
             let owner: Option<Option<String>> = conn
@@ -157,7 +90,7 @@ impl Store {
         .await
     }
 
-    pub async fn stream_info(&self, token: &str) -> Result<Option<StreamInfo>, StoreError> {
+    async fn stream_info(&self, token: &str) -> Result<Option<StreamInfo>, StoreError> {
         let token = token.to_owned();
         self.read(move |conn| {
             Ok(conn
@@ -176,7 +109,7 @@ impl Store {
         .await
     }
 
-    pub async fn event_exists(&self, token: &str, seq: u64) -> Result<bool, StoreError> {
+    async fn event_exists(&self, token: &str, seq: u64) -> Result<bool, StoreError> {
         let token = token.to_owned();
         self.read(move |conn| {
             Ok(conn
@@ -189,7 +122,7 @@ impl Store {
     }
 
     /// Up to `limit` events of stream `token` after `seq`, in order.
-    pub async fn events_after(
+    async fn events_after(
         &self,
         token: &str,
         seq: u64,
@@ -214,79 +147,14 @@ impl Store {
     }
 
     /// Deletes events stored before `cutoff_ms`; their streams (and so their ids) are kept.
-    pub async fn prune_events_before(&self, cutoff_ms: i64) -> Result<u64, StoreError> {
+    async fn prune_events_before(&self, cutoff_ms: i64) -> Result<u64, StoreError> {
         self.write(move |conn| {
             Ok(conn.execute("DELETE FROM events WHERE created_at < ?1", [cutoff_ms])? as u64)
         })
         .await
     }
 
-    pub async fn save_session(
-        &self,
-        id: &str,
-        state: String,
-        protocol_version: String,
-    ) -> Result<(), StoreError> {
-        let id = id.to_owned();
-        self.write(move |conn| {
-            let now = now_ms();
-            conn.execute(
-                "INSERT INTO sessions (id, state, protocol_version, created_at, last_seen_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?4) ON CONFLICT (id) DO UPDATE SET state = ?2, \
-                 protocol_version = ?3, last_seen_at = ?4",
-                params![id, state, protocol_version, now],
-            )?;
-            Ok(())
-        })
-        .await
-    }
-
-    /// A session's stored state.
-    pub async fn load_session(&self, id: &str) -> Result<Option<String>, StoreError> {
-        let id = id.to_owned();
-        self.read(move |conn| {
-            Ok(conn
-                .prepare_cached("SELECT state FROM sessions WHERE id = ?1")?
-                .query_row([id], |row| row.get(0))
-                .optional()?)
-        })
-        .await
-    }
-
-    /// Deletes a session with its streams, events and call bindings.
-    pub async fn delete_session(&self, id: &str) -> Result<bool, StoreError> {
-        let id = id.to_owned();
-        self.write(move |conn| delete_session(conn, &id)).await
-    }
-
-    pub async fn touch_sessions(&self, ids: Vec<String>) -> Result<(), StoreError> {
-        self.write(move |conn| {
-            let now = now_ms();
-            let mut stmt =
-                conn.prepare_cached("UPDATE sessions SET last_seen_at = ?2 WHERE id = ?1")?;
-            for id in ids {
-                stmt.execute(params![id, now])?;
-            }
-            Ok(())
-        })
-        .await
-    }
-
-    /// Ids of sessions not seen since `cutoff_ms`.
-    pub async fn idle_sessions(&self, cutoff_ms: i64) -> Result<Vec<String>, StoreError> {
-        self.read(move |conn| {
-            let mut stmt = conn.prepare("SELECT id FROM sessions WHERE last_seen_at < ?1")?;
-            let ids = stmt.query_map([cutoff_ms], |row| row.get(0))?;
-            Ok(ids.collect::<Result<_, _>>()?)
-        })
-        .await
-    }
-
-    pub async fn insert_binding(
-        &self,
-        binding: CallBinding,
-        instance: &str,
-    ) -> Result<(), StoreError> {
+    async fn insert_binding(&self, binding: CallBinding, instance: &str) -> Result<(), StoreError> {
         let instance = instance.to_owned();
         self.write(move |conn| {
             conn.prepare_cached(
@@ -308,7 +176,7 @@ impl Store {
     }
 
     /// Unfinished bindings made by other processes: calls whose handler died with its process.
-    pub async fn orphaned_bindings(&self, instance: &str) -> Result<Vec<CallBinding>, StoreError> {
+    async fn orphaned_bindings(&self, instance: &str) -> Result<Vec<CallBinding>, StoreError> {
         let instance = instance.to_owned();
         self.read(move |conn| {
             let mut stmt = conn.prepare(
@@ -332,40 +200,8 @@ impl Store {
         .await
     }
 
-    /// Adds (`subscribed`) or removes a session's resource subscription.
-    pub async fn set_subscription(
-        &self,
-        session_id: &str,
-        uri: &str,
-        subscribed: bool,
-    ) -> Result<(), StoreError> {
-        let (session_id, uri) = (session_id.to_owned(), uri.to_owned());
-        self.write(move |conn| {
-            let sql = if subscribed {
-                "INSERT OR IGNORE INTO subscriptions (session_id, uri) VALUES (?1, ?2)"
-            } else {
-                "DELETE FROM subscriptions WHERE session_id = ?1 AND uri = ?2"
-            };
-            conn.prepare_cached(sql)?
-                .execute(params![session_id, uri])?;
-            Ok(())
-        })
-        .await
-    }
-
-    pub async fn subscriptions(&self, session_id: &str) -> Result<Vec<String>, StoreError> {
-        let session_id = session_id.to_owned();
-        self.read(move |conn| {
-            let mut stmt =
-                conn.prepare_cached("SELECT uri FROM subscriptions WHERE session_id = ?1")?;
-            let uris = stmt.query_map([session_id], |row| row.get(0))?;
-            Ok(uris.collect::<Result<_, _>>()?)
-        })
-        .await
-    }
-
     /// Records that a binding's call got its final answer.
-    pub async fn finish_binding(&self, id: &str) -> Result<(), StoreError> {
+    async fn finish_binding(&self, id: &str) -> Result<(), StoreError> {
         let id = id.to_owned();
         self.write(move |conn| {
             conn.prepare_cached("UPDATE call_bindings SET done = 1 WHERE id = ?1")?
@@ -376,7 +212,7 @@ impl Store {
     }
 
     /// The message of the newest event of stream `stream_id` whose JSON contains `needle`.
-    pub async fn last_event_containing(
+    async fn last_event_containing(
         &self,
         stream_id: &str,
         needle: &str,

@@ -1,27 +1,11 @@
-//! The `mcp_tasks` table: which engine tasks are MCP task handles (created by a task-augmented
-//! `tools/call`), whose handle each is (the client that made the call), the tool, and its time
-//! to live.
-//!
-//! A handle lives `ttl_ms` from its task's creation. Reads treat an expired handle as gone at
-//! once; [`Store::purge_expired_handles`] deletes the rows later. The task itself is the
-//! engine's and follows the engine's retention.
+//! [`HandleRepo`] on SQLite: the `mcp_tasks` table, joined with `tasks` for what a handle shows.
 
+use async_trait::async_trait;
 use rusqlite::{OptionalExtension, Row, params};
 
+use super::Sqlite;
 use super::tasks::{INFO_COUNT, info_columns, read_info};
-use super::{Store, StoreError, now_ms};
-use durable_shared::TaskInfo;
-
-/// An engine task seen through its MCP task handle.
-#[derive(Debug, Clone)]
-pub struct TaskHandle {
-    pub task: TaskInfo,
-    /// The client whose call created the handle; only it can see the task as an MCP task.
-    pub requester: String,
-    /// The tool whose call created the handle.
-    pub tool: String,
-    pub ttl_ms: u64,
-}
+use crate::store::{HandleRepo, StoreError, TaskHandle, now_ms};
 
 /// Reads a row of `live_handles!`.
 fn read_handle(row: &Row<'_>) -> rusqlite::Result<TaskHandle> {
@@ -65,11 +49,12 @@ fn select_handle(
         .optional()?)
 }
 
-impl Store {
+#[async_trait]
+impl HandleRepo for Sqlite {
     /// Makes `task_id` an MCP task handle of `requester`'s, created by `tool`, kept `ttl_ms` from the
     /// task's creation. A handle that exists (a repeated call attached to the same task) is
     /// kept, its ttl extended so that it lasts at least `ttl_ms` from now.
-    pub async fn upsert_handle(
+    async fn upsert_handle(
         &self,
         task_id: &str,
         requester: &str,
@@ -93,7 +78,7 @@ impl Store {
 
     /// `requester`'s live handle on `task_id`; `None` if there is none (another client's handle on
     /// the same task included: a caller must not learn that it exists).
-    pub async fn handle(
+    async fn handle(
         &self,
         task_id: &str,
         requester: &str,
@@ -105,7 +90,7 @@ impl Store {
 
     /// Up to `limit` of `requester`'s live handles in creation order, starting after the
     /// `(created_at ms, task id)` position `after`.
-    pub async fn list_handles(
+    async fn list_handles(
         &self,
         requester: &str,
         after: Option<(i64, String)>,
@@ -136,7 +121,7 @@ impl Store {
     }
 
     /// The live handles of tasks that have not ended, for routing their status changes.
-    pub async fn unfinished_handles(&self) -> Result<Vec<TaskHandle>, StoreError> {
+    async fn unfinished_handles(&self) -> Result<Vec<TaskHandle>, StoreError> {
         self.read(move |conn| {
             let mut stmt = conn.prepare_cached(concat!(
                 live_handles!(),
@@ -149,7 +134,7 @@ impl Store {
     }
 
     /// Deletes handles past their ttl, and handles whose task the retention removed.
-    pub async fn purge_expired_handles(&self) -> Result<u64, StoreError> {
+    async fn purge_expired_handles(&self) -> Result<u64, StoreError> {
         self.write(|conn| {
             let deleted = conn.execute(
                 "DELETE FROM mcp_tasks WHERE NOT EXISTS (SELECT 1 FROM tasks \
@@ -167,11 +152,11 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::store::NewTask;
+    use crate::store::{NewTask, TaskRepo};
 
-    async fn store_with(ids: &[&str]) -> (tempfile::TempDir, Store) {
+    async fn store_with(ids: &[&str]) -> (tempfile::TempDir, Sqlite) {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("t.db")).unwrap();
+        let store = Sqlite::open(&dir.path().join("t.db")).unwrap();
         for id in ids {
             store
                 .insert_task(NewTask {

@@ -1,10 +1,11 @@
-//! The `tasks` table: one row per task holding its status, progress and checkpoint.
+//! [`TaskRepo`] on SQLite: the `tasks` table, one row per task holding its status, progress and checkpoint.
 //!
 //! Every change is a conditional `UPDATE ... RETURNING` so that the rules of the lifecycle are
 //! enforced by the database, not by the timing of callers: a terminal status is never left, a
 //! paused task is never advanced, and a step is committed only by the worker holding the task's
 //! current lease.
 
+use async_trait::async_trait;
 use std::collections::BTreeMap;
 use std::str::FromStr;
 
@@ -13,7 +14,8 @@ use durable_shared::{CheckpointStats, TaskInfo, TaskStatus};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::Value;
 
-use super::{Store, StoreError, now_ms};
+use super::Sqlite;
+use crate::store::{NewTask, StepCommit, StoreError, TaskRepo, TaskRow, Transition, now_ms};
 
 /// The columns of a [`TaskInfo`], in the order [`read_info`] reads them; the checkpoint is read
 /// only when a worker claims the task. A macro rather than a constant so that the statements
@@ -29,47 +31,6 @@ pub(super) use info_columns;
 
 /// How many columns [`info_columns!`] lists: the position of the first column after them.
 pub(super) const INFO_COUNT: usize = 14;
-
-/// A task about to be stored, with its first checkpoint.
-#[derive(Debug, Clone)]
-pub struct NewTask {
-    pub id: String,
-    pub kind: String,
-    pub owner: String,
-    pub params: Value,
-    pub total: u64,
-    pub checkpoint: Value,
-}
-
-/// A task with what only the engine needs: its checkpoint and the lease of its worker.
-#[derive(Debug, Clone)]
-pub struct TaskRow {
-    pub info: TaskInfo,
-    pub checkpoint: Value,
-    pub lease: i64,
-}
-
-/// One committed step: the new checkpoint with the progress and message it explains. With
-/// `result`, the step is the last and the task becomes `completed` in the same transaction.
-#[derive(Debug, Clone)]
-pub struct StepCommit {
-    pub id: String,
-    pub lease: i64,
-    pub step: u64,
-    pub checkpoint: Value,
-    pub progress: u64,
-    pub message: String,
-    pub result: Option<Value>,
-}
-
-/// What a requested status change did.
-#[derive(Debug, Clone)]
-pub enum Transition {
-    Applied(TaskInfo),
-    /// The task exists but its status does not allow the change; here is how it stands.
-    Refused(TaskInfo),
-    NotFound,
-}
 
 fn time(ms: i64) -> DateTime<Utc> {
     Utc.timestamp_millis_opt(ms).single().unwrap_or_default()
@@ -133,9 +94,10 @@ fn in_list(statuses: &[TaskStatus]) -> String {
     names.join(", ")
 }
 
-impl Store {
+#[async_trait]
+impl TaskRepo for Sqlite {
     /// Stores a new task as `pending`.
-    pub async fn insert_task(&self, task: NewTask) -> Result<TaskInfo, StoreError> {
+    async fn insert_task(&self, task: NewTask) -> Result<TaskInfo, StoreError> {
         self.write(move |conn| {
             insert(conn, &task)?;
             select_info(conn, &task.id)?
@@ -146,7 +108,7 @@ impl Store {
 
     /// Stores `task` unless a task with its id exists; returns the stored task and whether it was
     /// created by this call. Used for tasks whose id is derived from their arguments.
-    pub async fn insert_or_get_task(&self, task: NewTask) -> Result<(TaskInfo, bool), StoreError> {
+    async fn insert_or_get_task(&self, task: NewTask) -> Result<(TaskInfo, bool), StoreError> {
         self.write(move |conn| {
             let created = match select_info(conn, &task.id)? {
                 Some(_) => false,
@@ -164,7 +126,7 @@ impl Store {
 
     /// Marks a `pending` (or orphaned `running`) task as running under a fresh lease and returns
     /// it with its checkpoint; `None` if its status does not allow running.
-    pub async fn claim_task(&self, id: &str) -> Result<Option<TaskRow>, StoreError> {
+    async fn claim_task(&self, id: &str) -> Result<Option<TaskRow>, StoreError> {
         let id = id.to_owned();
         self.write(move |conn| {
             let mut stmt = conn.prepare_cached(concat!(
@@ -180,7 +142,7 @@ impl Store {
 
     /// Commits one step. Returns the updated task, or `None` if the worker lost its lease (the
     /// task was paused, cancelled or claimed by another worker): then nothing is written.
-    pub async fn commit_step(&self, commit: StepCommit) -> Result<Option<TaskInfo>, StoreError> {
+    async fn commit_step(&self, commit: StepCommit) -> Result<Option<TaskInfo>, StoreError> {
         self.write(move |conn| {
             // Intermediate steps leave status and completion alone, so the indexes on them are
             // not rewritten on every step.
@@ -231,7 +193,7 @@ impl Store {
     }
 
     /// Marks the task `failed` if `lease` is still its worker's.
-    pub async fn fail_task(
+    async fn fail_task(
         &self,
         id: &str,
         lease: i64,
@@ -252,7 +214,7 @@ impl Store {
     }
 
     /// Moves the task to `to` if its status is one of `from`.
-    pub async fn transition(
+    async fn transition(
         &self,
         id: &str,
         from: &'static [TaskStatus],
@@ -284,13 +246,13 @@ impl Store {
         .await
     }
 
-    pub async fn get_task(&self, id: &str) -> Result<Option<TaskInfo>, StoreError> {
+    async fn get_task(&self, id: &str) -> Result<Option<TaskInfo>, StoreError> {
         let id = id.to_owned();
         self.read(move |conn| select_info(conn, &id)).await
     }
 
     /// Tasks, newest first, optionally only one owner's and only one status.
-    pub async fn list_tasks(
+    async fn list_tasks(
         &self,
         owner: Option<String>,
         status: Option<TaskStatus>,
@@ -314,7 +276,7 @@ impl Store {
 
     /// Id and kind of the tasks a worker should be advancing: `pending` and `running`, oldest
     /// first.
-    pub async fn unfinished_task_ids(&self) -> Result<Vec<(String, String)>, StoreError> {
+    async fn unfinished_task_ids(&self) -> Result<Vec<(String, String)>, StoreError> {
         self.read(|conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT id, kind FROM tasks WHERE status IN ('pending', 'running') \
@@ -326,7 +288,7 @@ impl Store {
         .await
     }
 
-    pub async fn status_counts(&self) -> Result<BTreeMap<TaskStatus, u64>, StoreError> {
+    async fn status_counts(&self) -> Result<BTreeMap<TaskStatus, u64>, StoreError> {
         self.read(|conn| {
             let mut counts: BTreeMap<TaskStatus, u64> =
                 TaskStatus::ALL.into_iter().map(|s| (s, 0)).collect();
@@ -344,7 +306,7 @@ impl Store {
         .await
     }
 
-    pub async fn checkpoint_stats(&self) -> Result<CheckpointStats, StoreError> {
+    async fn checkpoint_stats(&self) -> Result<CheckpointStats, StoreError> {
         let counts = self.status_counts().await?;
         self.read(move |conn| {
             let (steps, bytes, oldest, newest): (i64, i64, Option<i64>, Option<i64>) = conn
@@ -367,7 +329,7 @@ impl Store {
     }
 
     /// Deletes terminal tasks that finished before `cutoff`; returns how many.
-    pub async fn purge_finished_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
+    async fn purge_finished_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
         self.write(move |conn| {
             let deleted = conn.execute(
                 &format!(
@@ -387,7 +349,7 @@ impl Store {
 
     /// A random secret created with the database, for deriving ids that must be stable for the
     /// same inputs yet unguessable to anyone without the database.
-    pub async fn server_secret(&self) -> Result<[u8; 32], StoreError> {
+    async fn server_secret(&self) -> Result<[u8; 32], StoreError> {
         self.write(|conn| {
             let existing: Option<String> = conn
                 .query_row("SELECT value FROM meta WHERE key = 'secret'", [], |row| {
@@ -439,9 +401,9 @@ mod tests {
 
     use super::*;
 
-    async fn store() -> (tempfile::TempDir, Store) {
+    async fn store() -> (tempfile::TempDir, Sqlite) {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("t.db")).unwrap();
+        let store = Sqlite::open(&dir.path().join("t.db")).unwrap();
         (dir, store)
     }
 
@@ -643,7 +605,7 @@ mod tests {
         let (dir, store) = store().await;
         let first = store.server_secret().await.unwrap();
         drop(store);
-        let reopened = Store::open(&dir.path().join("t.db")).unwrap();
+        let reopened = Sqlite::open(&dir.path().join("t.db")).unwrap();
         assert_eq!(reopened.server_secret().await.unwrap(), first);
         assert_ne!(first, [0; 32]);
     }

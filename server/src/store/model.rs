@@ -1,0 +1,105 @@
+//! What the repositories store and return, the same for every backend.
+
+use durable_shared::TaskInfo;
+use serde_json::Value;
+
+/// A task about to be stored, with its first checkpoint.
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    pub id: String,
+    pub kind: String,
+    pub owner: String,
+    pub params: Value,
+    pub total: u64,
+    pub checkpoint: Value,
+}
+
+/// A task with what only the engine needs: its checkpoint and the lease of its worker.
+#[derive(Debug, Clone)]
+pub struct TaskRow {
+    pub info: TaskInfo,
+    pub checkpoint: Value,
+    pub lease: i64,
+}
+
+/// One committed step: the new checkpoint with the progress and message it explains. With
+/// `result`, the step is the last and the task becomes `completed` in the same transaction.
+#[derive(Debug, Clone)]
+pub struct StepCommit {
+    pub id: String,
+    pub lease: i64,
+    pub step: u64,
+    pub checkpoint: Value,
+    pub progress: u64,
+    pub message: String,
+    pub result: Option<Value>,
+}
+
+/// What a requested status change did.
+#[derive(Debug, Clone)]
+pub enum Transition {
+    Applied(TaskInfo),
+    /// The task exists but its status does not allow the change; here is how it stands.
+    Refused(TaskInfo),
+    NotFound,
+}
+
+/// One stored SSE event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    pub seq: u64,
+    /// The JSON-RPC message, or `None` for a priming event.
+    pub message: Option<String>,
+    pub retry_ms: Option<u64>,
+}
+
+/// What an event id's stream looks like.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamInfo {
+    /// `None` until the session that received the stream is known.
+    pub session_id: Option<String>,
+    /// The seq the next event will get.
+    pub next_seq: u64,
+    /// The stream's final response has been stored: nothing follows it.
+    pub finished: bool,
+}
+
+/// An event about to be appended.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    /// rmcp's id of the stream.
+    pub stream_id: String,
+    /// The stream's session, when known at the time (the standalone GET stream).
+    pub session_id: Option<String>,
+    pub message: Option<String>,
+    pub retry_ms: Option<u64>,
+    /// The event is the stream's final response.
+    pub finishes: bool,
+    /// The event reveals the stream of this tool-call binding.
+    pub binding: Option<String>,
+}
+
+/// A tool call that a durable task reports to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallBinding {
+    pub id: String,
+    pub task_id: String,
+    pub session_id: String,
+    /// The JSON-RPC request id, as JSON.
+    pub request_id: String,
+    /// The request's progress token, as JSON.
+    pub progress_token: String,
+    /// rmcp's id of the call's stream, once its first progress notification was stored.
+    pub stream_id: Option<String>,
+}
+
+/// An engine task seen through its MCP task handle.
+#[derive(Debug, Clone)]
+pub struct TaskHandle {
+    pub task: TaskInfo,
+    /// The client whose call created the handle; only it can see the task as an MCP task.
+    pub requester: String,
+    /// The tool whose call created the handle.
+    pub tool: String,
+    pub ttl_ms: u64,
+}
