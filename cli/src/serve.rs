@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 use durable_mcp_server::config::Config;
+use durable_mcp_server::store::Database;
 
 /// Settings of the server. Every flag can also be set through the environment variable shown.
 #[derive(Debug, Clone, Args)]
@@ -20,9 +21,16 @@ pub struct ServeArgs {
     #[arg(long, env = "DURABLE_MCP_PORT", default_value_t = 8080)]
     pub port: u16,
 
-    /// SQLite database holding tasks and checkpoints (created if missing).
+    /// SQLite database holding tasks and checkpoints (created if missing); the embedded
+    /// default for one machine.
     #[arg(long, env = "DURABLE_MCP_DB", default_value = "durable-mcp.db")]
     pub db: PathBuf,
+
+    /// PostgreSQL database to keep the state in instead of --db, so that several nodes can
+    /// share it: postgres://user[:password]@host[:port]/database. TLS is not supported: keep
+    /// the database on the same machine or a private network.
+    #[arg(long, env = "DURABLE_MCP_DATABASE_URL", value_parser = parse_database_url, conflicts_with = "db")]
+    pub database_url: Option<String>,
 
     /// Directory that data-migration source and destination paths are resolved in (created if
     /// missing); nothing outside it is read or written.
@@ -108,7 +116,10 @@ impl ServeArgs {
     /// The server's settings; the address is bound by `main`.
     pub fn into_config(self) -> Config {
         Config {
-            db: self.db,
+            database: match self.database_url {
+                Some(url) => Database::Postgres(url),
+                None => Database::Sqlite(self.db),
+            },
             data_dir: self.data_dir,
             time_scale: self.time_scale,
             retention: self.retention,
@@ -125,6 +136,14 @@ impl ServeArgs {
             dashboard_dir: self.dashboard_dir,
             shutdown_grace: self.shutdown_grace,
         }
+    }
+}
+
+fn parse_database_url(text: &str) -> Result<String, String> {
+    if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+        Ok(text.to_owned())
+    } else {
+        Err("must be a postgres:// URL, e.g. postgres://durable@127.0.0.1:5432/durable".into())
     }
 }
 

@@ -4,12 +4,14 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::store::Database;
+
 /// Everything [`crate::http::run`] needs to know (the listener is bound by its caller). The binary's `--help` documents each setting
 /// with its default.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// SQLite database holding tasks and checkpoints (created if missing).
-    pub db: PathBuf,
+    /// Where tasks, checkpoints, sessions and events are kept.
+    pub database: Database,
     /// Directory that data-migration source and destination paths are resolved in (created if
     /// missing); nothing outside it is read or written.
     pub data_dir: PathBuf,

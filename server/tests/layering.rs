@@ -17,7 +17,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("kinds", &["engine"]),
     ("engine", &["store"]),
     ("store", &[]),
-    ("config", &[]),
+    ("config", &["store"]),
 ];
 
 fn rust_files(dir: &Path, found: &mut Vec<PathBuf>) {

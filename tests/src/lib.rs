@@ -15,6 +15,7 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use durable_mcp_server::store::postgres::scratch::{ScratchDatabase, TEST_SERVER_VAR};
 use durable_shared::{TaskInfo, TaskStatus};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
@@ -130,6 +131,34 @@ pub fn server_binary() -> &'static Path {
     })
 }
 
+/// The environment variable choosing the backend the suites run their servers on: `sqlite`
+/// (the default) or `postgres` (a scratch database per server on the PostgreSQL server named
+/// by `DURABLE_MCP_TEST_POSTGRES`).
+pub const BACKEND_VAR: &str = "DURABLE_MCP_TEST_BACKEND";
+
+/// Where a test server keeps its state.
+enum TestDatabase {
+    /// `tasks.db` in the server's directory.
+    Sqlite,
+    /// A database of its own, dropped with the server.
+    Postgres(ScratchDatabase),
+}
+
+impl TestDatabase {
+    async fn for_this_run() -> TestDatabase {
+        match std::env::var(BACKEND_VAR).as_deref() {
+            Err(_) | Ok("sqlite") => TestDatabase::Sqlite,
+            Ok("postgres") => {
+                let scratch = ScratchDatabase::from_env().await.unwrap_or_else(|| {
+                    panic!("{BACKEND_VAR}=postgres needs {TEST_SERVER_VAR} (see scripts/test)")
+                });
+                TestDatabase::Postgres(scratch.expect("creating a scratch PostgreSQL database"))
+            }
+            Ok(other) => panic!("{BACKEND_VAR} must be sqlite or postgres, not {other:?}"),
+        }
+    }
+}
+
 /// A running server process with its own database and data directory. Dropping it (a test's
 /// end, or a panic) kills the process.
 pub struct Server {
@@ -138,10 +167,12 @@ pub struct Server {
     pub dir: PathBuf,
     args: Vec<String>,
     starts: u32,
+    database: TestDatabase,
 }
 
 impl Server {
-    /// Starts a server in `dir` (database `dir/tasks.db`, data `dir/data`) on a free port.
+    /// Starts a server in `dir` (database `dir/tasks.db` or a scratch PostgreSQL database, see
+    /// [`BACKEND_VAR`]; data `dir/data`) on a free port.
     pub async fn start(dir: &Path, extra_args: &[&str]) -> Server {
         let mut server = Server {
             child: None,
@@ -149,6 +180,7 @@ impl Server {
             dir: dir.to_owned(),
             args: extra_args.iter().map(|arg| arg.to_string()).collect(),
             starts: 0,
+            database: TestDatabase::for_this_run().await,
         };
         server.spawn().await;
         server
@@ -166,10 +198,12 @@ impl Server {
                 "--port",
                 &self.addr.port().to_string(),
             ])
-            .arg("--db")
-            .arg(self.dir.join("tasks.db"))
             .arg("--data-dir")
             .arg(self.dir.join("data"));
+        match &self.database {
+            TestDatabase::Sqlite => command.arg("--db").arg(self.dir.join("tasks.db")),
+            TestDatabase::Postgres(scratch) => command.args(["--database-url", scratch.url()]),
+        };
         if !self.args.iter().any(|arg| arg == "--dashboard-dir") {
             command.args(["--dashboard-dir", "/nonexistent"]);
         }

@@ -22,7 +22,7 @@ pub struct Served {
 pub fn config(db: &Path, data: &Path) -> Config {
     let hour = Duration::from_secs(3600);
     Config {
-        db: db.to_owned(),
+        database: durable_mcp_server::store::Database::Sqlite(db.to_owned()),
         data_dir: data.to_owned(),
         time_scale: 0.0,
         retention: 24 * 7 * hour,

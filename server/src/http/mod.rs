@@ -59,10 +59,9 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
-    let db = config.db.clone();
-    let store = tokio::task::spawn_blocking(move || Store::open(&db))
-        .await?
-        .with_context(|| format!("opening task store at {}", config.db.display()))?;
+    let store = Store::connect(&config.database)
+        .await
+        .with_context(|| format!("opening the {}", config.database))?;
     let engine = kinds::register_all(Engine::builder())
         .start(
             store.clone(),

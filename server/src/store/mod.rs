@@ -14,7 +14,10 @@
 //! timing of callers.
 
 mod model;
+pub mod postgres;
 pub mod sqlite;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -38,6 +41,10 @@ pub(crate) fn now_ms() -> i64 {
 pub enum StoreError {
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    #[error("postgres: {0}")]
+    Postgres(#[from] tokio_postgres::Error),
+    #[error("cannot get a PostgreSQL connection: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
     #[error("stored JSON is invalid: {0}")]
     Json(#[from] serde_json::Error),
     #[error(
@@ -55,6 +62,8 @@ pub enum StoreError {
     Commit(#[source] Arc<StoreError>),
     #[error("cannot start the store's writer thread")]
     WriterThread(#[source] std::io::Error),
+    #[error("invalid database URL {0}")]
+    Url(String),
 }
 
 /// Which database the server keeps its state in.
@@ -62,12 +71,15 @@ pub enum StoreError {
 pub enum Database {
     /// An SQLite file on this machine (created if missing).
     Sqlite(PathBuf),
+    /// A PostgreSQL database, by `postgres://` URL; several nodes may share it.
+    Postgres(String),
 }
 
 impl fmt::Display for Database {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Database::Sqlite(path) => write!(f, "SQLite database {}", path.display()),
+            Database::Postgres(url) => write!(f, "PostgreSQL database {}", postgres::redact(url)),
         }
     }
 }
@@ -287,6 +299,7 @@ impl Store {
                     .await
                     .map_err(|_| StoreError::Closed)?
             }
+            Database::Postgres(url) => Ok(Store(Arc::new(postgres::Postgres::connect(url).await?))),
         }
     }
 }

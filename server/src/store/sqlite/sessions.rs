@@ -16,6 +16,10 @@ fn delete_session(conn: &Connection, session_id: &str) -> Result<bool, StoreErro
         "DELETE FROM call_bindings WHERE session_id = ?1",
         [session_id],
     )?;
+    conn.execute(
+        "DELETE FROM subscriptions WHERE session_id = ?1",
+        [session_id],
+    )?;
     Ok(conn.execute("DELETE FROM sessions WHERE id = ?1", [session_id])? > 0)
 }
 

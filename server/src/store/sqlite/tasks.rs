@@ -418,97 +418,6 @@ mod tests {
         }
     }
 
-    fn commit(id: &str, lease: i64, step: u64) -> StepCommit {
-        StepCommit {
-            id: id.into(),
-            lease,
-            step,
-            checkpoint: json!({"done": step}),
-            progress: step,
-            message: format!("step {step}"),
-            result: None,
-        }
-    }
-
-    #[tokio::test]
-    async fn only_the_latest_lease_commits_and_only_while_running() {
-        let (_dir, store) = store().await;
-        store.insert_task(new_task("a")).await.unwrap();
-        let first = store.claim_task("a").await.unwrap().unwrap();
-        let second = store.claim_task("a").await.unwrap().unwrap();
-        assert!(second.lease > first.lease);
-        assert!(
-            store
-                .commit_step(commit("a", first.lease, 1))
-                .await
-                .unwrap()
-                .is_none()
-        );
-        let info = store
-            .commit_step(commit("a", second.lease, 1))
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            (info.step, info.progress, info.message.as_str()),
-            (1, 1, "step 1")
-        );
-
-        const RUNNING: &[TaskStatus] = &[TaskStatus::Running];
-        let paused = store
-            .transition("a", RUNNING, TaskStatus::Paused)
-            .await
-            .unwrap();
-        assert!(matches!(paused, Transition::Applied(ref t) if t.status == TaskStatus::Paused));
-        assert!(
-            store
-                .commit_step(commit("a", second.lease, 2))
-                .await
-                .unwrap()
-                .is_none()
-        );
-        assert!(
-            store.claim_task("a").await.unwrap().is_none(),
-            "paused tasks are not claimed"
-        );
-        let row = store.get_task("a").await.unwrap().unwrap();
-        assert_eq!(row.step, 1, "nothing was committed while paused");
-    }
-
-    #[tokio::test]
-    async fn terminal_statuses_never_change() {
-        let (_dir, store) = store().await;
-        store.insert_task(new_task("a")).await.unwrap();
-        let lease = store.claim_task("a").await.unwrap().unwrap().lease;
-        let mut last = commit("a", lease, 1);
-        last.result = Some(json!({"ok": true}));
-        let done = store.commit_step(last).await.unwrap().unwrap();
-        assert_eq!(done.status, TaskStatus::Completed);
-        assert!(done.completed_at.is_some());
-        const ANY: &[TaskStatus] = &TaskStatus::ALL;
-        for target in TaskStatus::ALL {
-            let outcome = store.transition("a", &ANY[..3], target).await.unwrap();
-            assert!(
-                matches!(outcome, Transition::Refused(ref t) if t.status == TaskStatus::Completed)
-            );
-        }
-        assert!(
-            store
-                .fail_task("a", lease, "late".into())
-                .await
-                .unwrap()
-                .is_none()
-        );
-        assert!(store.claim_task("a").await.unwrap().is_none());
-        assert!(matches!(
-            store
-                .transition("missing", ANY, TaskStatus::Paused)
-                .await
-                .unwrap(),
-            Transition::NotFound
-        ));
-    }
-
     #[tokio::test]
     async fn a_failing_write_rolls_back_alone() {
         let (_dir, store) = store().await;
@@ -598,15 +507,5 @@ mod tests {
             .collect();
         assert_eq!(left.len(), 2);
         assert!(!left.contains(&"old".to_owned()));
-    }
-
-    #[tokio::test]
-    async fn the_server_secret_is_created_once() {
-        let (dir, store) = store().await;
-        let first = store.server_secret().await.unwrap();
-        drop(store);
-        let reopened = Sqlite::open(&dir.path().join("t.db")).unwrap();
-        assert_eq!(reopened.server_secret().await.unwrap(), first);
-        assert_ne!(first, [0; 32]);
     }
 }

@@ -1,0 +1,186 @@
+//! [`StreamRepo`] on PostgreSQL: the `streams`, `events` and `call_bindings` tables.
+
+use async_trait::async_trait;
+use tokio_postgres::Row;
+
+use super::{Postgres, signed, unsigned};
+use crate::store::{CallBinding, NewEvent, StoreError, StoredEvent, StreamInfo, StreamRepo};
+
+fn new_token() -> String {
+    hex::encode(rand::random::<[u8; 16]>())
+}
+
+/// Appends an event in one statement, so in one transaction: advance (or create) the stream's
+/// counter, insert the event, and reveal the binding's stream. The upsert locks the stream's
+/// row until the statement commits, so the appends of one stream are serialised and each seq
+/// commits before the next is handed out: a reader never sees seq n+1 without n.
+const APPEND: &str = "\
+    WITH stream AS ( \
+        INSERT INTO streams (token, stream_id, session_id, next_seq, finished, created_at) \
+        VALUES ($1, $2, $3, 2, $4, durable_now_ms()) \
+        ON CONFLICT (stream_id) DO UPDATE SET next_seq = streams.next_seq + 1, \
+            finished = streams.finished OR EXCLUDED.finished \
+        RETURNING token, next_seq - 1 AS seq \
+    ), event AS ( \
+        INSERT INTO events (token, seq, message, retry_ms, created_at) \
+        SELECT token, seq, $5, $6, durable_now_ms() FROM stream \
+    ), binding AS ( \
+        UPDATE call_bindings SET stream_token = (SELECT token FROM stream) \
+        WHERE id = $7 AND stream_token IS NULL \
+    ) \
+    SELECT token, seq FROM stream";
+
+fn read_binding(row: &Row) -> Result<CallBinding, StoreError> {
+    Ok(CallBinding {
+        id: row.try_get(0)?,
+        task_id: row.try_get(1)?,
+        session_id: row.try_get(2)?,
+        request_id: row.try_get(3)?,
+        progress_token: row.try_get(4)?,
+        stream_id: row.try_get(5)?,
+    })
+}
+
+#[async_trait]
+impl StreamRepo for Postgres {
+    async fn append_event(&self, event: NewEvent) -> Result<(String, u64), StoreError> {
+        let retry_ms = event.retry_ms.map(signed).transpose()?;
+        self.query_opt(
+            APPEND,
+            &[
+                &new_token(),
+                &event.stream_id,
+                &event.session_id,
+                &event.finishes,
+                &event.message,
+                &retry_ms,
+                &event.binding,
+            ],
+            |row| Ok((row.try_get(0)?, unsigned(row, 1)?)),
+        )
+        .await?
+        .ok_or_else(|| StoreError::Corrupt("an event append returned no row".into()))
+    }
+
+    async fn bind_stream_session(&self, token: &str, session_id: &str) -> Result<bool, StoreError> {
+        let claimed = self
+            .execute(
+                "UPDATE streams SET session_id = $2 WHERE token = $1 AND session_id IS NULL",
+                &[&token, &session_id],
+            )
+            .await?;
+        if claimed > 0 {
+            return Ok(true);
+        }
+        let owner = self
+            .query_opt(
+                "SELECT session_id FROM streams WHERE token = $1",
+                &[&token],
+                |row| Ok(row.try_get::<_, Option<String>>(0)?),
+            )
+            .await?;
+        Ok(matches!(owner, Some(Some(owner)) if owner == session_id))
+    }
+
+    async fn stream_info(&self, token: &str) -> Result<Option<StreamInfo>, StoreError> {
+        self.query_opt(
+            "SELECT session_id, next_seq, finished FROM streams WHERE token = $1",
+            &[&token],
+            |row| {
+                Ok(StreamInfo {
+                    session_id: row.try_get(0)?,
+                    next_seq: unsigned(row, 1)?,
+                    finished: row.try_get(2)?,
+                })
+            },
+        )
+        .await
+    }
+
+    async fn event_exists(&self, token: &str, seq: u64) -> Result<bool, StoreError> {
+        Ok(self
+            .query_opt(
+                "SELECT 1 FROM events WHERE token = $1 AND seq = $2",
+                &[&token, &signed(seq)?],
+                |_| Ok(()),
+            )
+            .await?
+            .is_some())
+    }
+
+    async fn events_after(
+        &self,
+        token: &str,
+        seq: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        self.query(
+            "SELECT seq, message, retry_ms FROM events WHERE token = $1 AND seq > $2 \
+             ORDER BY seq LIMIT $3",
+            &[&token, &signed(seq)?, &signed(limit as u64)?],
+            |row| {
+                Ok(StoredEvent {
+                    seq: unsigned(row, 0)?,
+                    message: row.try_get(1)?,
+                    retry_ms: row.try_get::<_, Option<i64>>(2)?.map(|ms| ms.max(0) as u64),
+                })
+            },
+        )
+        .await
+    }
+
+    async fn prune_events_before(&self, cutoff_ms: i64) -> Result<u64, StoreError> {
+        self.execute("DELETE FROM events WHERE created_at < $1", &[&cutoff_ms])
+            .await
+    }
+
+    async fn insert_binding(&self, binding: CallBinding, instance: &str) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO call_bindings (id, task_id, session_id, request_id, progress_token, \
+             instance, created_at) VALUES ($1, $2, $3, $4, $5, $6, durable_now_ms())",
+            &[
+                &binding.id,
+                &binding.task_id,
+                &binding.session_id,
+                &binding.request_id,
+                &binding.progress_token,
+                &instance,
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn orphaned_bindings(&self, instance: &str) -> Result<Vec<CallBinding>, StoreError> {
+        self.query(
+            "SELECT b.id, b.task_id, b.session_id, b.request_id, b.progress_token, \
+             s.stream_id FROM call_bindings b \
+             LEFT JOIN streams s ON s.token = b.stream_token \
+             WHERE NOT b.done AND b.instance != $1",
+            &[&instance],
+            read_binding,
+        )
+        .await
+    }
+
+    async fn finish_binding(&self, id: &str) -> Result<(), StoreError> {
+        self.execute("UPDATE call_bindings SET done = TRUE WHERE id = $1", &[&id])
+            .await?;
+        Ok(())
+    }
+
+    async fn last_event_containing(
+        &self,
+        stream_id: &str,
+        needle: &str,
+    ) -> Result<Option<String>, StoreError> {
+        self.query_opt(
+            "SELECT e.message FROM events e JOIN streams s ON s.token = e.token \
+             WHERE s.stream_id = $1 AND strpos(e.message, $2) > 0 \
+             ORDER BY e.seq DESC LIMIT 1",
+            &[&stream_id, &needle],
+            |row| Ok(row.try_get(0)?),
+        )
+        .await
+    }
+}

@@ -1,0 +1,363 @@
+//! [`TaskRepo`] on PostgreSQL: the `tasks` table, one row per task holding its status,
+//! progress and checkpoint.
+//!
+//! Every change is one conditional `UPDATE ... RETURNING`, as on SQLite, so the lifecycle's
+//! rules hold whichever node sends it: a terminal status is never left, a paused task is never
+//! advanced, and a step is committed only under the task's current lease.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+
+use async_trait::async_trait;
+use chrono::{DateTime, TimeZone, Utc};
+use durable_shared::{CheckpointStats, TaskInfo, TaskStatus};
+use serde_json::Value;
+use tokio_postgres::Row;
+
+use super::{Postgres, signed, unsigned};
+use crate::store::{NewTask, StepCommit, StoreError, TaskRepo, TaskRow, Transition};
+
+/// The columns of a [`TaskInfo`], in the order [`read_info`] reads them.
+macro_rules! info_columns {
+    () => {
+        "tasks.id, kind, owner, params, status, progress, total, message, step, result, error, \
+         created_at, updated_at, completed_at"
+    };
+}
+pub(super) use info_columns;
+
+/// How many columns [`info_columns!`] lists: the position of the first column after them.
+pub(super) const INFO_COUNT: usize = 14;
+
+fn time(ms: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(ms).single().unwrap_or_default()
+}
+
+fn json(text: &str) -> Result<Value, StoreError> {
+    Ok(serde_json::from_str(text)?)
+}
+
+/// Reads the [`info_columns!`] at the start of `row`.
+pub(super) fn read_info(row: &Row) -> Result<TaskInfo, StoreError> {
+    let status: &str = row.try_get(4)?;
+    let status = TaskStatus::from_str(status).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let progress = unsigned(row, 5)?;
+    let total = unsigned(row, 6)?;
+    let result: Option<&str> = row.try_get(9)?;
+    Ok(TaskInfo {
+        task_id: row.try_get(0)?,
+        status,
+        progress,
+        total,
+        message: row.try_get(7)?,
+        result_data: result.map(json).transpose()?,
+        error: row.try_get(10)?,
+        created_at: time(row.try_get(11)?),
+        updated_at: time(row.try_get(12)?),
+        completed_at: row.try_get::<_, Option<i64>>(13)?.map(time),
+        kind: row.try_get(1)?,
+        parameters: json(row.try_get(3)?)?,
+        owner: row.try_get(2)?,
+        step: unsigned(row, 8)?,
+        percent: TaskInfo::percent_of(progress, total),
+    })
+}
+
+/// Reads a row of [`info_columns!`] followed by `checkpoint, lease`.
+fn read_row(row: &Row) -> Result<TaskRow, StoreError> {
+    Ok(TaskRow {
+        info: read_info(row)?,
+        checkpoint: json(row.try_get(INFO_COUNT)?)?,
+        lease: row.try_get(INFO_COUNT + 1)?,
+    })
+}
+
+const SELECT_INFO: &str = concat!("SELECT ", info_columns!(), " FROM tasks WHERE id = $1");
+
+macro_rules! insert {
+    () => {
+        "INSERT INTO tasks (id, kind, owner, params, status, total, checkpoint, message, \
+         created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, 'pending', $5, $6, 'queued', durable_now_ms(), durable_now_ms())"
+    };
+}
+
+/// Inserts a task; an id that is taken is an error.
+const INSERT: &str = concat!(insert!(), " RETURNING ", info_columns!());
+
+/// Inserts a task unless its id is taken; returns no row then.
+const INSERT_OR_SKIP: &str = concat!(
+    insert!(),
+    " ON CONFLICT (id) DO NOTHING RETURNING ",
+    info_columns!()
+);
+
+fn names(statuses: &[TaskStatus]) -> Vec<&'static str> {
+    statuses.iter().map(|s| s.as_str()).collect()
+}
+
+impl Postgres {
+    /// Runs `sql`, one of the inserts, for `task`.
+    async fn insert(&self, sql: &str, task: &NewTask) -> Result<Option<TaskInfo>, StoreError> {
+        self.query_opt(
+            sql,
+            &[
+                &task.id,
+                &task.kind,
+                &task.owner,
+                &task.params.to_string(),
+                &signed(task.total)?,
+                &task.checkpoint.to_string(),
+            ],
+            read_info,
+        )
+        .await
+    }
+}
+
+#[async_trait]
+impl TaskRepo for Postgres {
+    async fn insert_task(&self, task: NewTask) -> Result<TaskInfo, StoreError> {
+        self.insert(INSERT, &task)
+            .await?
+            .ok_or_else(|| StoreError::Corrupt(format!("task {} was not stored", task.id)))
+    }
+
+    async fn insert_or_get_task(&self, task: NewTask) -> Result<(TaskInfo, bool), StoreError> {
+        if let Some(info) = self.insert(INSERT_OR_SKIP, &task).await? {
+            return Ok((info, true));
+        }
+        let info = self
+            .get_task(&task.id)
+            .await?
+            .ok_or_else(|| StoreError::Corrupt(format!("task {} vanished", task.id)))?;
+        Ok((info, false))
+    }
+
+    async fn claim_task(&self, id: &str) -> Result<Option<TaskRow>, StoreError> {
+        self.query_opt(
+            concat!(
+                "UPDATE tasks SET status = 'running', lease = lease + 1, \
+                 updated_at = durable_now_ms() \
+                 WHERE id = $1 AND status IN ('pending', 'running') RETURNING ",
+                info_columns!(),
+                ", checkpoint, lease"
+            ),
+            &[&id],
+            read_row,
+        )
+        .await
+    }
+
+    async fn commit_step(&self, commit: StepCommit) -> Result<Option<TaskInfo>, StoreError> {
+        let checkpoint = commit.checkpoint.to_string();
+        let (progress, step) = (signed(commit.progress)?, signed(commit.step)?);
+        match &commit.result {
+            // Intermediate steps leave status and completion alone, so the indexes on them are
+            // not rewritten on every step.
+            None => {
+                self.query_opt(
+                    concat!(
+                        "UPDATE tasks SET checkpoint = $3, progress = $4, message = $5, \
+                         step = $6, updated_at = durable_now_ms() \
+                         WHERE id = $1 AND lease = $2 AND status = 'running' RETURNING ",
+                        info_columns!()
+                    ),
+                    &[
+                        &commit.id,
+                        &commit.lease,
+                        &checkpoint,
+                        &progress,
+                        &commit.message,
+                        &step,
+                    ],
+                    read_info,
+                )
+                .await
+            }
+            Some(result) => {
+                self.query_opt(
+                    concat!(
+                        "UPDATE tasks SET checkpoint = $3, progress = $4, message = $5, \
+                         step = $6, updated_at = durable_now_ms(), \
+                         completed_at = durable_now_ms(), status = 'completed', result = $7 \
+                         WHERE id = $1 AND lease = $2 AND status = 'running' RETURNING ",
+                        info_columns!()
+                    ),
+                    &[
+                        &commit.id,
+                        &commit.lease,
+                        &checkpoint,
+                        &progress,
+                        &commit.message,
+                        &step,
+                        &result.to_string(),
+                    ],
+                    read_info,
+                )
+                .await
+            }
+        }
+    }
+
+    async fn fail_task(
+        &self,
+        id: &str,
+        lease: i64,
+        error: String,
+    ) -> Result<Option<TaskInfo>, StoreError> {
+        self.query_opt(
+            concat!(
+                "UPDATE tasks SET status = 'failed', error = $3, \
+                 completed_at = durable_now_ms(), updated_at = durable_now_ms() \
+                 WHERE id = $1 AND lease = $2 AND status = 'running' RETURNING ",
+                info_columns!()
+            ),
+            &[&id, &lease, &error],
+            read_info,
+        )
+        .await
+    }
+
+    async fn transition(
+        &self,
+        id: &str,
+        from: &'static [TaskStatus],
+        to: TaskStatus,
+    ) -> Result<Transition, StoreError> {
+        let applied = self
+            .query_opt(
+                concat!(
+                    "UPDATE tasks SET status = $2, updated_at = durable_now_ms(), \
+                     completed_at = CASE WHEN $3 THEN durable_now_ms() ELSE completed_at END \
+                     WHERE id = $1 AND status = ANY($4) RETURNING ",
+                    info_columns!()
+                ),
+                &[&id, &to.as_str(), &to.is_terminal(), &names(from)],
+                read_info,
+            )
+            .await?;
+        Ok(match applied {
+            Some(info) => Transition::Applied(info),
+            None => match self.get_task(id).await? {
+                Some(info) => Transition::Refused(info),
+                None => Transition::NotFound,
+            },
+        })
+    }
+
+    async fn get_task(&self, id: &str) -> Result<Option<TaskInfo>, StoreError> {
+        self.query_opt(SELECT_INFO, &[&id], read_info).await
+    }
+
+    async fn list_tasks(
+        &self,
+        owner: Option<String>,
+        status: Option<TaskStatus>,
+        limit: usize,
+    ) -> Result<Vec<TaskInfo>, StoreError> {
+        self.query(
+            concat!(
+                "SELECT ",
+                info_columns!(),
+                " FROM tasks WHERE ($1::TEXT IS NULL OR owner = $1) \
+                 AND ($2::TEXT IS NULL OR status = $2) \
+                 ORDER BY created_at DESC, id LIMIT $3"
+            ),
+            &[
+                &owner,
+                &status.map(TaskStatus::as_str),
+                &signed(limit as u64)?,
+            ],
+            read_info,
+        )
+        .await
+    }
+
+    async fn unfinished_task_ids(&self) -> Result<Vec<(String, String)>, StoreError> {
+        self.query(
+            "SELECT id, kind FROM tasks WHERE status IN ('pending', 'running') \
+             ORDER BY created_at",
+            &[],
+            |row| Ok((row.try_get(0)?, row.try_get(1)?)),
+        )
+        .await
+    }
+
+    async fn status_counts(&self) -> Result<BTreeMap<TaskStatus, u64>, StoreError> {
+        let rows = self
+            .query(
+                "SELECT status, COUNT(*) FROM tasks GROUP BY status",
+                &[],
+                |row| {
+                    let status: &str = row.try_get(0)?;
+                    let status = TaskStatus::from_str(status)
+                        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                    Ok((status, unsigned(row, 1)?))
+                },
+            )
+            .await?;
+        let mut counts: BTreeMap<TaskStatus, u64> =
+            TaskStatus::ALL.into_iter().map(|s| (s, 0)).collect();
+        counts.extend(rows);
+        Ok(counts)
+    }
+
+    async fn checkpoint_stats(&self) -> Result<CheckpointStats, StoreError> {
+        let counts = self.status_counts().await?;
+        let (steps, bytes, oldest, newest) = self
+            .query_opt(
+                "SELECT COALESCE(SUM(step), 0)::BIGINT, \
+                 COALESCE(SUM(octet_length(checkpoint)), 0)::BIGINT, \
+                 MIN(updated_at), MAX(updated_at) FROM tasks",
+                &[],
+                |row| {
+                    Ok((
+                        unsigned(row, 0)?,
+                        unsigned(row, 1)?,
+                        row.try_get::<_, Option<i64>>(2)?,
+                        row.try_get::<_, Option<i64>>(3)?,
+                    ))
+                },
+            )
+            .await?
+            .unwrap_or_default();
+        Ok(CheckpointStats {
+            total_checkpoints: counts.values().sum(),
+            checkpoint_stats: counts,
+            total_steps_committed: steps,
+            checkpoint_bytes: bytes,
+            oldest_checkpoint_at: oldest.map(time),
+            newest_checkpoint_at: newest.map(time),
+        })
+    }
+
+    async fn purge_finished_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
+        self.execute(
+            "DELETE FROM tasks WHERE completed_at < $1 \
+             AND status IN ('completed', 'failed', 'cancelled')",
+            &[&cutoff.timestamp_millis()],
+        )
+        .await
+    }
+
+    async fn server_secret(&self) -> Result<[u8; 32], StoreError> {
+        let candidate = hex::encode(rand::random::<[u8; 32]>());
+        // Whichever node inserts first wins; every node then reads that one.
+        self.execute(
+            "INSERT INTO meta (key, value) VALUES ('secret', $1) ON CONFLICT (key) DO NOTHING",
+            &[&candidate],
+        )
+        .await?;
+        let hex: String = self
+            .query_opt("SELECT value FROM meta WHERE key = 'secret'", &[], |row| {
+                Ok(row.try_get(0)?)
+            })
+            .await?
+            .ok_or_else(|| StoreError::Corrupt("meta.secret vanished".into()))?;
+        let mut secret = [0u8; 32];
+        hex::decode_to_slice(&hex, &mut secret)
+            .map_err(|e| StoreError::Corrupt(format!("meta.secret: {e}")))?;
+        Ok(secret)
+    }
+}

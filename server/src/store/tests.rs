@@ -1,0 +1,409 @@
+//! The contract every backend keeps, checked on each: the SQLite backend always, the
+//! PostgreSQL one on a scratch database when `DURABLE_MCP_TEST_POSTGRES` names a server (as
+//! `scripts/test` does).
+
+use std::collections::BTreeSet;
+
+use durable_shared::TaskStatus;
+use serde_json::json;
+
+use super::postgres::scratch::{ScratchDatabase, TEST_SERVER_VAR};
+use super::*;
+
+/// A fresh store on one backend, with what keeps its database alive.
+struct Fixture {
+    store: Store,
+    database: Database,
+    _dir: Option<tempfile::TempDir>,
+    _scratch: Option<ScratchDatabase>,
+}
+
+impl Fixture {
+    async fn sqlite() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let database = Database::Sqlite(dir.path().join("t.db"));
+        Fixture {
+            store: Store::connect(&database).await.unwrap(),
+            database,
+            _dir: Some(dir),
+            _scratch: None,
+        }
+    }
+
+    /// `None` when no PostgreSQL server is configured for tests.
+    async fn postgres() -> Option<Fixture> {
+        let scratch = ScratchDatabase::from_env().await?.unwrap();
+        let database = Database::Postgres(scratch.url().to_owned());
+        Some(Fixture {
+            store: Store::connect(&database).await.unwrap(),
+            database,
+            _dir: None,
+            _scratch: Some(scratch),
+        })
+    }
+
+    /// The store with pending tasks of the given ids.
+    async fn with_tasks(&self, ids: &[&str]) -> Store {
+        for id in ids {
+            self.store.insert_task(new_task(id)).await.unwrap();
+        }
+        self.store.clone()
+    }
+}
+
+/// One test per backend: `mod NAME { fn sqlite; fn postgres }`.
+macro_rules! contract {
+    ($(#[$meta:meta])* async fn $name:ident($fx:ident) $body:block) => {
+        mod $name {
+            use super::*;
+
+            $(#[$meta])*
+            async fn check($fx: Fixture) $body
+
+            #[tokio::test]
+            async fn sqlite() {
+                check(Fixture::sqlite().await).await
+            }
+
+            #[tokio::test]
+            async fn postgres() {
+                match Fixture::postgres().await {
+                    Some(fixture) => check(fixture).await,
+                    None => eprintln!("skipped: {TEST_SERVER_VAR} names no PostgreSQL server"),
+                }
+            }
+        }
+    };
+}
+
+fn new_task(id: &str) -> NewTask {
+    NewTask {
+        id: id.into(),
+        kind: "k".into(),
+        owner: "o".into(),
+        params: json!({"n": 1}),
+        total: 10,
+        checkpoint: json!({"done": 0}),
+    }
+}
+
+fn commit(id: &str, lease: i64, step: u64) -> StepCommit {
+    StepCommit {
+        id: id.into(),
+        lease,
+        step,
+        checkpoint: json!({"done": step}),
+        progress: step,
+        message: format!("step {step}"),
+        result: None,
+    }
+}
+
+fn ids(handles: &[TaskHandle]) -> Vec<&str> {
+    handles.iter().map(|h| h.task.task_id.as_str()).collect()
+}
+
+fn event(stream_id: &str, message: &str) -> NewEvent {
+    NewEvent {
+        stream_id: stream_id.into(),
+        session_id: None,
+        message: Some(message.into()),
+        retry_ms: None,
+        finishes: false,
+        binding: None,
+    }
+}
+
+contract! {
+    async fn only_the_latest_lease_commits_and_only_while_running(fx) {
+        let store = fx.store.clone();
+        store.insert_task(new_task("a")).await.unwrap();
+        let first = store.claim_task("a").await.unwrap().unwrap();
+        let second = store.claim_task("a").await.unwrap().unwrap();
+        assert!(second.lease > first.lease);
+        assert!(
+            store
+                .commit_step(commit("a", first.lease, 1))
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let info = store
+            .commit_step(commit("a", second.lease, 1))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (info.step, info.progress, info.message.as_str()),
+            (1, 1, "step 1")
+        );
+
+        const RUNNING: &[TaskStatus] = &[TaskStatus::Running];
+        let paused = store
+            .transition("a", RUNNING, TaskStatus::Paused)
+            .await
+            .unwrap();
+        assert!(matches!(paused, Transition::Applied(ref t) if t.status == TaskStatus::Paused));
+        assert!(
+            store
+                .commit_step(commit("a", second.lease, 2))
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            store.claim_task("a").await.unwrap().is_none(),
+            "paused tasks are not claimed"
+        );
+        let row = store.get_task("a").await.unwrap().unwrap();
+        assert_eq!(row.step, 1, "nothing was committed while paused");
+    }
+}
+
+contract! {
+    async fn terminal_statuses_never_change(fx) {
+        let store = fx.store.clone();
+        store.insert_task(new_task("a")).await.unwrap();
+        let lease = store.claim_task("a").await.unwrap().unwrap().lease;
+        let mut last = commit("a", lease, 1);
+        last.result = Some(json!({"ok": true}));
+        let done = store.commit_step(last).await.unwrap().unwrap();
+        assert_eq!(done.status, TaskStatus::Completed);
+        assert!(done.completed_at.is_some());
+        const ANY: &[TaskStatus] = &TaskStatus::ALL;
+        for target in TaskStatus::ALL {
+            let outcome = store.transition("a", &ANY[..3], target).await.unwrap();
+            assert!(
+                matches!(outcome, Transition::Refused(ref t) if t.status == TaskStatus::Completed)
+            );
+        }
+        assert!(
+            store
+                .fail_task("a", lease, "late".into())
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert!(store.claim_task("a").await.unwrap().is_none());
+        assert!(matches!(
+            store
+                .transition("missing", ANY, TaskStatus::Paused)
+                .await
+                .unwrap(),
+            Transition::NotFound
+        ));
+    }
+}
+
+contract! {
+    async fn the_server_secret_is_created_once(fx) {
+        let store = fx.store.clone();
+        let first = store.server_secret().await.unwrap();
+        drop(store);
+        let reopened = Store::connect(&fx.database).await.unwrap();
+        assert_eq!(reopened.server_secret().await.unwrap(), first);
+        assert_ne!(first, [0; 32]);
+    }
+}
+
+contract! {
+    async fn handles_are_per_owner_and_paged_in_creation_order(fx) {
+        let store = fx.with_tasks(&["a", "b", "c", "x"]).await;
+        for id in ["a", "b", "c"] {
+            store.upsert_handle(id, "me", "tool", 60_000).await.unwrap();
+        }
+        store
+            .upsert_handle("x", "other", "tool", 60_000)
+            .await
+            .unwrap();
+        store
+            .upsert_handle("a", "other", "tool", 60_000)
+            .await
+            .unwrap();
+        assert!(store.handle("x", "me").await.unwrap().is_none());
+        assert_eq!(
+            store.handle("x", "other").await.unwrap().unwrap().requester,
+            "other"
+        );
+        for requester in ["me", "other"] {
+            let handle = store.handle("a", requester).await.unwrap().unwrap();
+            assert_eq!(
+                handle.requester, requester,
+                "each requester has its own handle"
+            );
+        }
+
+        let all = store.list_handles("me", None, 10).await.unwrap();
+        let mut expected = all.clone();
+        expected.sort_by(|l, r| {
+            (l.task.created_at, &l.task.task_id).cmp(&(r.task.created_at, &r.task.task_id))
+        });
+        assert_eq!(ids(&all), ids(&expected));
+        assert_eq!(all.len(), 3);
+        let first = store.list_handles("me", None, 2).await.unwrap();
+        let last = &first[1].task;
+        let after = Some((last.created_at.timestamp_millis(), last.task_id.clone()));
+        let rest = store.list_handles("me", after, 2).await.unwrap();
+        assert_eq!([ids(&first), ids(&rest)].concat(), ids(&all));
+    }
+}
+
+contract! {
+    async fn expired_handles_vanish_at_once_and_are_purged(fx) {
+        let store = fx.with_tasks(&["a", "b"]).await;
+        assert!(
+            store
+                .upsert_handle("a", "me", "tool", 0)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        store
+            .upsert_handle("b", "me", "tool", 60_000)
+            .await
+            .unwrap();
+        assert!(store.handle("a", "me").await.unwrap().is_none());
+        assert_eq!(store.purge_expired_handles().await.unwrap(), 1);
+        assert!(store.handle("b", "me").await.unwrap().is_some());
+    }
+}
+
+contract! {
+    async fn attaching_again_extends_but_never_shortens_the_ttl(fx) {
+        let store = fx.with_tasks(&["a"]).await;
+        let first = store
+            .upsert_handle("a", "me", "tool", 60_000)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(first.ttl_ms, 60_000);
+        let shorter = store
+            .upsert_handle("a", "me", "other", 1_000)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((shorter.ttl_ms, shorter.tool.as_str()), (60_000, "tool"));
+        let longer = store
+            .upsert_handle("a", "me", "tool", 120_000)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(longer.ttl_ms >= 120_000, "{}", longer.ttl_ms);
+    }
+}
+
+contract! {
+    /// Several requests for the task of one derived id race: exactly one creates it.
+    async fn racing_inserts_of_one_id_create_it_once(fx) {
+        let inserts = (0..16).map(|_| {
+            let store = fx.store.clone();
+            tokio::spawn(async move { store.insert_or_get_task(new_task("same")).await })
+        });
+        let created = futures::future::join_all(inserts)
+            .await
+            .into_iter()
+            .filter(|outcome| outcome.as_ref().unwrap().as_ref().unwrap().1)
+            .count();
+        assert_eq!(created, 1);
+        assert!(fx.store.insert_task(new_task("same")).await.is_err());
+    }
+}
+
+contract! {
+    /// Concurrent appends to one stream get the seqs 1..=n, each once, and the stream's
+    /// counter ends after them.
+    async fn a_stream_numbers_its_events_without_gaps(fx) {
+        let appends = (0..40).map(|i| {
+            let store = fx.store.clone();
+            tokio::spawn(async move { store.append_event(event("s", &format!("m{i}"))).await })
+        });
+        let appended: Vec<(String, u64)> = futures::future::join_all(appends)
+            .await
+            .into_iter()
+            .map(|outcome| outcome.unwrap().unwrap())
+            .collect();
+        let token = appended[0].0.clone();
+        assert!(appended.iter().all(|(t, _)| *t == token), "one stream, one token");
+        let seqs: BTreeSet<u64> = appended.iter().map(|(_, seq)| *seq).collect();
+        assert_eq!(seqs, (1..=40).collect());
+        let stored = fx.store.events_after(&token, 0, 100).await.unwrap();
+        assert_eq!(stored.iter().map(|e| e.seq).collect::<Vec<_>>(), (1..=40).collect::<Vec<_>>());
+        let messages: BTreeSet<String> = stored.into_iter().filter_map(|e| e.message).collect();
+        assert_eq!(messages, (0..40).map(|i| format!("m{i}")).collect());
+        let after = fx.store.events_after(&token, 38, 100).await.unwrap();
+        assert_eq!(after.iter().map(|e| e.seq).collect::<Vec<_>>(), [39, 40]);
+        let info = fx.store.stream_info(&token).await.unwrap().unwrap();
+        assert_eq!((info.next_seq, info.finished, info.session_id), (41, false, None));
+    }
+}
+
+contract! {
+    /// A stream belongs to the first session it is bound to; another session never gets it.
+    async fn a_stream_is_bound_to_one_session(fx) {
+        let (token, _) = fx.store.append_event(event("s", "m")).await.unwrap();
+        assert!(fx.store.bind_stream_session(&token, "a").await.unwrap());
+        assert!(fx.store.bind_stream_session(&token, "a").await.unwrap());
+        assert!(!fx.store.bind_stream_session(&token, "b").await.unwrap());
+        assert!(!fx.store.bind_stream_session("unknown", "a").await.unwrap());
+        let mut last = event("s", "done");
+        last.finishes = true;
+        fx.store.append_event(last).await.unwrap();
+        let info = fx.store.stream_info(&token).await.unwrap().unwrap();
+        assert_eq!((info.session_id.as_deref(), info.finished), (Some("a"), true));
+    }
+}
+
+contract! {
+    /// Deleting a session deletes its streams, events, call bindings and subscriptions, and
+    /// nothing of another session.
+    async fn a_session_is_deleted_with_what_it_owns(fx) {
+        let store = fx.with_tasks(&["t"]).await;
+        let mut tokens = Vec::new();
+        for session in ["gone", "kept"] {
+            store.save_session(session, "{}".into(), "2025-11-25".into()).await.unwrap();
+            let mut first = event(&format!("{session}-stream"), "m");
+            first.session_id = Some(session.into());
+            tokens.push(store.append_event(first).await.unwrap().0);
+            store.set_subscription(session, "task://list", true).await.unwrap();
+            store
+                .insert_binding(
+                    CallBinding {
+                        id: format!("{session}-call"),
+                        task_id: "t".into(),
+                        session_id: session.into(),
+                        request_id: "1".into(),
+                        progress_token: "1".into(),
+                        stream_id: None,
+                    },
+                    "old-process",
+                )
+                .await
+                .unwrap();
+        }
+        assert!(store.delete_session("gone").await.unwrap());
+        assert!(!store.delete_session("gone").await.unwrap());
+        assert_eq!(store.load_session("gone").await.unwrap(), None);
+        assert_eq!(store.stream_info(&tokens[0]).await.unwrap(), None);
+        assert!(!store.event_exists(&tokens[0], 1).await.unwrap());
+        assert!(store.subscriptions("gone").await.unwrap().is_empty());
+
+        assert_eq!(store.load_session("kept").await.unwrap().as_deref(), Some("{}"));
+        assert!(store.event_exists(&tokens[1], 1).await.unwrap());
+        assert_eq!(store.subscriptions("kept").await.unwrap(), ["task://list"]);
+        let orphaned = store.orphaned_bindings("this-process").await.unwrap();
+        assert_eq!(orphaned.iter().map(|b| b.id.as_str()).collect::<Vec<_>>(), ["kept-call"]);
+    }
+}
+
+contract! {
+    /// The stored text of JSON values comes back exactly: key order and number forms are the
+    /// kind's, not the database's.
+    async fn json_comes_back_as_written(fx) {
+        let mut task = new_task("j");
+        task.params = serde_json::from_str(r#"{"z": 1, "a": 0.1, "big": 12345678901234567890}"#).unwrap();
+        let stored = fx.store.insert_task(task.clone()).await.unwrap();
+        assert_eq!(stored.parameters.to_string(), task.params.to_string());
+        let row = fx.store.claim_task("j").await.unwrap().unwrap();
+        assert_eq!(row.checkpoint, task.checkpoint);
+    }
+}
