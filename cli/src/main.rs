@@ -30,7 +30,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve MCP at /mcp and the dashboard at / (the default).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     #[command(flatten)]
     Client(ClientCommand),
 }
@@ -52,7 +52,7 @@ async fn main() -> anyhow::Result<ExitCode> {
         .init();
 
     let args = match cli.command {
-        Some(Command::Serve(args)) => args,
+        Some(Command::Serve(args)) => *args,
         None => cli.serve,
         Some(Command::Client(command)) => return Ok(durable_mcp_client::run(command).await),
     };

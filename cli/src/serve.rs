@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use durable_mcp_server::config::Config;
+use durable_mcp_server::config::{self, Config};
 use durable_mcp_server::store::Database;
 
 /// Settings of the server. Every flag can also be set through the environment variable shown.
@@ -31,6 +31,18 @@ pub struct ServeArgs {
     /// the database on the same machine or a private network.
     #[arg(long, env = "DURABLE_MCP_DATABASE_URL", value_parser = parse_database_url, conflicts_with = "db")]
     pub database_url: Option<String>,
+
+    /// This server's id among the nodes sharing a PostgreSQL database (letters, digits, `.`,
+    /// `_` and `-`). Each node needs its own; the default is a random one per start. A node
+    /// restarted under the same id takes its tasks back at once instead of after their leases
+    /// lapse.
+    #[arg(long, env = "DURABLE_MCP_NODE_ID", value_parser = parse_node_id)]
+    pub node_id: Option<String>,
+
+    /// How long a node's lease on a task lasts unless renewed (every third of it): when a node
+    /// dies, another takes its tasks over within this plus one step.
+    #[arg(long, env = "DURABLE_MCP_LEASE_TTL", default_value = "10s", value_parser = parse_lease_ttl)]
+    pub lease_ttl: Duration,
 
     /// Directory that data-migration source and destination paths are resolved in (created if
     /// missing); nothing outside it is read or written.
@@ -120,6 +132,8 @@ impl ServeArgs {
                 Some(url) => Database::Postgres(url),
                 None => Database::Sqlite(self.db),
             },
+            node_id: self.node_id.unwrap_or_else(config::random_node_id),
+            lease_ttl: self.lease_ttl,
             data_dir: self.data_dir,
             time_scale: self.time_scale,
             retention: self.retention,
@@ -145,6 +159,26 @@ fn parse_database_url(text: &str) -> Result<String, String> {
     } else {
         Err("must be a postgres:// URL, e.g. postgres://durable@127.0.0.1:5432/durable".into())
     }
+}
+
+fn parse_node_id(text: &str) -> Result<String, String> {
+    let valid = (1..=64).contains(&text.len())
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if valid {
+        Ok(text.to_owned())
+    } else {
+        Err("must be 1 to 64 letters, digits, '.', '_' or '-'".into())
+    }
+}
+
+fn parse_lease_ttl(text: &str) -> Result<Duration, String> {
+    let ttl = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if ttl < Duration::from_secs(1) {
+        return Err(format!("must be at least 1s, got {text}"));
+    }
+    Ok(ttl)
 }
 
 fn parse_at_least_one(text: &str) -> Result<usize, String> {

@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use durable_mcp_server::engine::{Engine, EngineConfig, Env, Plan, Step, StepError, TaskKind};
-use durable_mcp_server::store::{NewTask, StepCommit, Store};
+use durable_mcp_server::store::{Claimant, NewTask, StepCommit, Store};
 use durable_shared::kinds::{KindSpec, ParamError};
 use serde_json::{Value, json};
 use support::{Session, serve};
@@ -102,7 +102,12 @@ async fn store_commits(store: &Store, tasks: u64) -> f64 {
             })
             .await
             .unwrap();
-        let lease = store.claim_task(&id).await.unwrap().unwrap().lease;
+        let lease = store
+            .claim_task(&id, &bench_node())
+            .await
+            .unwrap()
+            .unwrap()
+            .lease;
         ids.push((id, lease));
     }
     let started = Instant::now();
@@ -127,6 +132,14 @@ async fn store_commits(store: &Store, tasks: u64) -> f64 {
     (tasks * STEPS_PER_TASK) as f64 / started.elapsed().as_secs_f64()
 }
 
+/// The one node of every benchmark here.
+fn bench_node() -> Claimant {
+    Claimant {
+        node: "bench".into(),
+        ttl: Duration::from_secs(10),
+    }
+}
+
 async fn engine_steps(dir: &std::path::Path) -> f64 {
     let store = Store::open(&dir.join("engine.db")).unwrap();
     let engine = Engine::builder()
@@ -139,6 +152,7 @@ async fn engine_steps(dir: &std::path::Path) -> f64 {
                     time_scale: 0.0,
                 },
                 max_running: CONCURRENT_TASKS as usize,
+                claimant: bench_node(),
             },
             CancellationToken::new(),
         )

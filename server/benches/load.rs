@@ -614,6 +614,7 @@ mod ceiling {
                 owner,
                 step: steps,
                 percent: TaskInfo::percent_of(progress, plan.total),
+                node: None,
             };
             self.tasks
                 .lock()

@@ -12,6 +12,12 @@ use crate::store::Database;
 pub struct Config {
     /// Where tasks, checkpoints, sessions and events are kept.
     pub database: Database,
+    /// This server's id among the nodes sharing the database; the tasks it advances are
+    /// leased to it.
+    pub node_id: String,
+    /// How long a node's lease on a task lasts unless renewed: a node that dies is replaced
+    /// within this (plus a step).
+    pub lease_ttl: Duration,
     /// Directory that data-migration source and destination paths are resolved in (created if
     /// missing); nothing outside it is read or written.
     pub data_dir: PathBuf,
@@ -50,4 +56,9 @@ pub struct Config {
     pub dashboard_dir: PathBuf,
     /// On SIGTERM or Ctrl-C, how long to wait for tasks to checkpoint and connections to close.
     pub shutdown_grace: Duration,
+}
+
+/// A node id for a server started without `--node-id`: unique per start.
+pub fn random_node_id() -> String {
+    format!("node-{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
 }

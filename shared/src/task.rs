@@ -63,6 +63,10 @@ pub struct TaskInfo {
     pub step: u64,
     /// `progress / total` in percent, rounded to one decimal.
     pub percent: f64,
+    /// The server (`--node-id`) that holds, or last held, the task's lease: in a fleet, the
+    /// node that advances it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 impl TaskInfo {

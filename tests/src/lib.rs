@@ -159,6 +159,13 @@ impl TestDatabase {
     }
 }
 
+/// A node id unique on this machine: the test process's id and a count.
+fn next_node_id() -> String {
+    static SERVERS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = SERVERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("test-{}-{n}", std::process::id())
+}
+
 /// A running server process with its own database and data directory. Dropping it (a test's
 /// end, or a panic) kills the process.
 pub struct Server {
@@ -168,6 +175,9 @@ pub struct Server {
     args: Vec<String>,
     starts: u32,
     database: TestDatabase,
+    /// The same at every start, as a deployment would keep it: a restarted server takes its
+    /// tasks back at once instead of after their leases lapse.
+    node_id: String,
 }
 
 impl Server {
@@ -181,6 +191,7 @@ impl Server {
             args: extra_args.iter().map(|arg| arg.to_string()).collect(),
             starts: 0,
             database: TestDatabase::for_this_run().await,
+            node_id: next_node_id(),
         };
         server.spawn().await;
         server
@@ -199,7 +210,8 @@ impl Server {
                 &self.addr.port().to_string(),
             ])
             .arg("--data-dir")
-            .arg(self.dir.join("data"));
+            .arg(self.dir.join("data"))
+            .args(["--node-id", &self.node_id]);
         match &self.database {
             TestDatabase::Sqlite => command.arg("--db").arg(self.dir.join("tasks.db")),
             TestDatabase::Postgres(scratch) => command.args(["--database-url", scratch.url()]),

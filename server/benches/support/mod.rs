@@ -23,6 +23,8 @@ pub fn config(db: &Path, data: &Path) -> Config {
     let hour = Duration::from_secs(3600);
     Config {
         database: durable_mcp_server::store::Database::Sqlite(db.to_owned()),
+        node_id: "bench".to_owned(),
+        lease_ttl: Duration::from_secs(10),
         data_dir: data.to_owned(),
         time_scale: 0.0,
         retention: 24 * 7 * hour,

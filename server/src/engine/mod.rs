@@ -27,11 +27,14 @@ pub use kind::{Env, KindInfo, Plan, Step, StepError, TaskKind};
 use kind::{Erased, ErasedKind};
 use runner::RunContext;
 
-use crate::store::{NewTask, Store, Transition};
-pub use crate::store::{StoreError, TaskHandle};
+use crate::store::{Change, NewTask, Store, Transition};
+pub use crate::store::{Claimant, StoreError, TaskHandle};
 
 /// How many events a slow subscriber may fall behind before it must resynchronise from the store.
 const EVENT_BUFFER: usize = 1024;
+/// How often a node of a fleet looks for work nobody holds (pending tasks another node has no
+/// room for, tasks of a node whose lease lapsed), besides when it is told of some.
+const POLL_INTERVAL: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -111,6 +114,9 @@ pub struct EngineConfig {
     /// Tasks advanced at once; the others wait as `pending`. A task whose step waits (see
     /// [`Env::pace`]) does not count while it waits.
     pub max_running: usize,
+    /// This node's id and lease length: a task it advances is leased to it, renewed every
+    /// third of the lease while it runs.
+    pub claimant: Claimant,
 }
 
 /// Collects the task kinds before the engine starts.
@@ -150,6 +156,7 @@ impl EngineBuilder {
                 tracker: TaskTracker::new(),
                 shutdown,
                 secret,
+                claimant: config.claimant,
             }),
         };
         let admitter = engine.inner.clone();
@@ -160,12 +167,24 @@ impl EngineBuilder {
                 .run_admitter(shutdown, |queued, slot| admitter.start_worker(queued, slot))
                 .await;
         });
-        let unfinished = engine.inner.store.unfinished_task_ids().await?;
-        if !unfinished.is_empty() {
-            tracing::info!(count = unfinished.len(), "resuming unfinished tasks");
+        let inner = &engine.inner;
+        inner.store.release_stale_leases().await?;
+        // Everything nobody holds, and what this node held before a restart under its id.
+        let claimable = inner
+            .store
+            .claimable_tasks(&inner.claimant, true, usize::MAX >> 1)
+            .await?;
+        if !claimable.is_empty() {
+            tracing::info!(count = claimable.len(), "resuming unfinished tasks");
         }
-        for (id, kind) in unfinished {
-            engine.inner.spawn_worker(id, &kind);
+        for (id, kind) in claimable {
+            inner.spawn_worker(id, &kind);
+        }
+        // A backend that other processes write to: leases must be renewed, work they leave
+        // behind looked for, and their changes heard of.
+        if let Some(changes) = inner.store.changes() {
+            inner.tracker.spawn(inner.clone().renew_leases());
+            inner.tracker.spawn(inner.clone().follow_fleet(changes));
         }
         Ok(engine)
     }
@@ -195,11 +214,14 @@ pub(crate) struct Inner {
     tracker: TaskTracker,
     shutdown: CancellationToken,
     secret: [u8; 32],
+    claimant: Claimant,
 }
 
 struct Worker {
     stop: CancellationToken,
     generation: u64,
+    /// The attempt this worker claimed the task under, once it has.
+    lease: Option<i64>,
 }
 
 /// A worker that waits for a running slot: no tokio task yet, just what starts one.
@@ -272,6 +294,7 @@ impl Inner {
             Worker {
                 stop: stop.clone(),
                 generation,
+                lease: None,
             },
         );
         drop(workers);
@@ -288,6 +311,149 @@ impl Inner {
 
     fn stop_worker(&self, task_id: &str) {
         if let Some(worker) = self.workers.lock().expect("worker table lock").get(task_id) {
+            worker.stop.cancel();
+        }
+    }
+
+    /// Records the lease a worker claimed its task under, for the heartbeat to renew.
+    fn claimed(&self, task_id: &str, generation: u64, lease: i64) {
+        let mut workers = self.workers.lock().expect("worker table lock");
+        if let Some(worker) = workers.get_mut(task_id)
+            && worker.generation == generation
+        {
+            worker.lease = Some(lease);
+        }
+    }
+
+    /// Renews the leases of this node's workers every third of the lease, until shutdown. A
+    /// worker whose lease is gone (another node claimed the task, or it was paused, cancelled
+    /// or finished elsewhere) is stopped; so is every worker when renewing has failed for a
+    /// whole lease (the database is unreachable): their leases have lapsed, and another node
+    /// may be running their tasks.
+    async fn renew_leases(self: Arc<Self>) {
+        let every = self.claimant.ttl / 3;
+        let mut last_renewed = tokio::time::Instant::now();
+        loop {
+            tokio::select! {
+                _ = self.shutdown.cancelled() => return,
+                _ = tokio::time::sleep(every) => {}
+            }
+            let held: Vec<(String, i64, u64)> = self
+                .workers
+                .lock()
+                .expect("worker table lock")
+                .iter()
+                .filter_map(|(id, w)| Some((id.clone(), w.lease?, w.generation)))
+                .collect();
+            if held.is_empty() {
+                last_renewed = tokio::time::Instant::now();
+                continue;
+            }
+            let leases = held
+                .iter()
+                .map(|(id, lease, _)| (id.clone(), *lease))
+                .collect();
+            let lost: Vec<(String, u64)> = match self
+                .store
+                .renew_leases(&self.claimant, leases)
+                .await
+            {
+                Ok(renewed) => {
+                    last_renewed = tokio::time::Instant::now();
+                    let renewed: std::collections::HashSet<String> = renewed.into_iter().collect();
+                    held.into_iter()
+                        .filter(|(id, _, _)| !renewed.contains(id))
+                        .map(|(id, _, generation)| (id, generation))
+                        .collect()
+                }
+                Err(e) if last_renewed.elapsed() >= self.claimant.ttl => {
+                    tracing::error!(error = %e, "leases lapsed while the database was unreachable; stopping this node's workers");
+                    held.into_iter()
+                        .map(|(id, _, generation)| (id, generation))
+                        .collect()
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot renew leases; retrying");
+                    continue;
+                }
+            };
+            for (task_id, generation) in lost {
+                tracing::info!(%task_id, "lease lost; worker stops");
+                self.stop_generation(&task_id, generation);
+            }
+        }
+    }
+
+    /// Follows the fleet: publishes the changes other nodes commit (so that this node's
+    /// subscribers and waiting calls hear of them), stops a worker whose task another node
+    /// paused, cancelled or took over, and looks for work nobody holds every
+    /// [`POLL_INTERVAL`] and whenever changes may have been missed.
+    async fn follow_fleet(self: Arc<Self>, mut changes: tokio::sync::broadcast::Receiver<Change>) {
+        let mut poll = tokio::time::interval(POLL_INTERVAL);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let change = tokio::select! {
+                _ = self.shutdown.cancelled() => return,
+                _ = poll.tick() => None,
+                change = changes.recv() => Some(change),
+            };
+            match change {
+                None => self.claim_unheld().await,
+                Some(Ok(Change::Task { id })) => self.heard_of(&id).await,
+                Some(Ok(Change::Stream { .. })) => {}
+                Some(Ok(Change::Resync)) | Some(Err(_)) => {
+                    tracing::info!("may have missed changes of other nodes; looking for work");
+                    self.claim_unheld().await;
+                }
+            }
+        }
+    }
+
+    /// Another node changed task `id`.
+    async fn heard_of(&self, id: &str) {
+        let info = match self.store.get_task(id).await {
+            Ok(Some(info)) => info,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(task_id = id, error = %e, "cannot read a task another node changed");
+                return;
+            }
+        };
+        let ours = info.status == TaskStatus::Running
+            && info.node.as_deref() == Some(self.claimant.node.as_str());
+        if !ours {
+            self.stop_worker(id);
+        }
+        self.publish(TaskEvent::changed(info));
+    }
+
+    /// Starts workers for tasks nobody holds, as many as this node has room for.
+    async fn claim_unheld(self: &Arc<Self>) {
+        let room = match self.queue.len() {
+            0 => self.queue.slots().available_permits(),
+            _ => 0,
+        };
+        if room == 0 {
+            return;
+        }
+        match self
+            .store
+            .claimable_tasks(&self.claimant, false, room)
+            .await
+        {
+            Ok(claimable) => {
+                for (id, kind) in claimable {
+                    self.spawn_worker(id, &kind);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot look for unclaimed tasks"),
+        }
+    }
+
+    fn stop_generation(&self, task_id: &str, generation: u64) {
+        if let Some(worker) = self.workers.lock().expect("worker table lock").get(task_id)
+            && worker.generation == generation
+        {
             worker.stop.cancel();
         }
     }
@@ -607,9 +773,23 @@ impl Engine {
     /// interrupted this way keep their last checkpoint and resume at the next start.
     pub async fn wait_stopped(&self, deadline: Duration) -> bool {
         self.inner.tracker.close();
-        tokio::time::timeout(deadline, self.inner.tracker.wait())
+        let stopped = tokio::time::timeout(deadline, self.inner.tracker.wait())
             .await
-            .is_ok()
+            .is_ok();
+        // Other nodes take this node's tasks at once instead of after its leases lapse.
+        match self
+            .inner
+            .store
+            .release_leases(&self.inner.claimant.node)
+            .await
+        {
+            Ok(0) => {}
+            Ok(released) => tracing::info!(released, "handed leases back"),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot hand leases back; they lapse by themselves")
+            }
+        }
+        stopped
     }
 }
 

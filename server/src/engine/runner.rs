@@ -45,7 +45,7 @@ async fn advance<K: TaskKind>(kind: Arc<Erased<K>>, ctx: RunContext) {
     if ctx.stop.is_cancelled() {
         return;
     }
-    let row = match engine.store.claim_task(id).await {
+    let row = match engine.store.claim_task(id, &engine.claimant).await {
         Ok(Some(row)) => row,
         Ok(None) => return,
         Err(e) => {
@@ -59,6 +59,7 @@ async fn advance<K: TaskKind>(kind: Arc<Erased<K>>, ctx: RunContext) {
         return;
     }
     let lease = row.lease;
+    engine.claimed(id, ctx.generation, lease);
     let mut step = row.info.step;
     let milestone = if step == 0 {
         Milestone::info(format!("task {id} ({}) started", K::NAME))

@@ -36,7 +36,7 @@ use tower_http::services::{ServeDir, ServeFile};
 use tower_http::trace::TraceLayer;
 
 use crate::config::Config;
-use crate::engine::{Engine, EngineConfig, Env};
+use crate::engine::{Claimant, Engine, EngineConfig, Env};
 use crate::kinds;
 use crate::mcp::{CLIENT_ID_HEADER, DurableServer, Shared, TaskTtl, legacy_capability, relay};
 use crate::store::Store;
@@ -59,7 +59,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
-    let store = Store::connect(&config.database)
+    let store = Store::connect(&config.database, &config.node_id)
         .await
         .with_context(|| format!("opening the {}", config.database))?;
     let engine = kinds::register_all(Engine::builder())
@@ -71,6 +71,10 @@ pub async fn run(
                     time_scale: config.time_scale,
                 },
                 max_running: config.max_running_tasks,
+                claimant: Claimant {
+                    node: config.node_id.clone(),
+                    ttl: config.lease_ttl,
+                },
             },
             shutdown.child_token(),
         )

@@ -461,6 +461,10 @@ mod tests {
                         time_scale: 0.0,
                     },
                     max_running: 1,
+                    claimant: crate::engine::Claimant {
+                        node: "test".into(),
+                        ttl: std::time::Duration::from_secs(10),
+                    },
                 },
                 shutdown.clone(),
             )

@@ -417,6 +417,7 @@ mod tests {
             owner: owner.into(),
             step,
             percent: 0.0,
+            node: None,
         }
     }
 

@@ -23,10 +23,12 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use durable_shared::{CheckpointStats, TaskInfo, TaskStatus};
+use tokio::sync::broadcast;
 
 pub use model::{
     CallBinding, NewEvent, NewTask, StepCommit, StoredEvent, StreamInfo, TaskHandle, TaskRow,
@@ -66,6 +68,19 @@ pub enum StoreError {
     Url(String),
 }
 
+/// A node claiming work: its id and how long its leases last unless renewed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimant {
+    pub node: String,
+    pub ttl: Duration,
+}
+
+impl Claimant {
+    fn ttl_ms(&self) -> i64 {
+        i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
 /// Which database the server keeps its state in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Database {
@@ -94,9 +109,47 @@ pub trait TaskRepo: Send + Sync {
     /// was created by this call. Used for tasks whose id is derived from their arguments.
     async fn insert_or_get_task(&self, task: NewTask) -> Result<(TaskInfo, bool), StoreError>;
 
-    /// Marks a `pending` (or orphaned `running`) task as running under a fresh lease and returns
-    /// it with its checkpoint; `None` if its status does not allow running.
-    async fn claim_task(&self, id: &str) -> Result<Option<TaskRow>, StoreError>;
+    /// Makes `claimant` the task's worker under a fresh lease (the attempt number goes up, so
+    /// every earlier worker is fenced out) and returns the task with its checkpoint. Only a
+    /// task nobody else holds is claimed: `pending`, or `running` under a lapsed lease or a
+    /// lease of `claimant`'s own node (a worker of this node superseded after a quick pause and
+    /// resume). `None` otherwise. The lease lapses `claimant.ttl` from now by the database's
+    /// clock unless renewed.
+    async fn claim_task(
+        &self,
+        id: &str,
+        claimant: &Claimant,
+    ) -> Result<Option<TaskRow>, StoreError>;
+
+    /// Id and kind of up to `limit` tasks a worker of `claimant` could claim, oldest first:
+    /// `pending` ones and `running` ones whose lease lapsed, and with `own`, also those running
+    /// under a lease of `claimant`'s node (what a node restarted under its `--node-id` takes
+    /// back at once).
+    async fn claimable_tasks(
+        &self,
+        claimant: &Claimant,
+        own: bool,
+        limit: usize,
+    ) -> Result<Vec<(String, String)>, StoreError>;
+
+    /// Extends, to `claimant.ttl` from now, the leases in `held` (task id, attempt) that
+    /// `claimant`'s node still holds; returns the ids of those it does. A task missing from
+    /// the answer was paused, cancelled, finished or claimed by another node: its worker
+    /// must stop.
+    async fn renew_leases(
+        &self,
+        claimant: &Claimant,
+        held: Vec<(String, i64)>,
+    ) -> Result<Vec<String>, StoreError>;
+
+    /// Gives `node`'s leases back, so that other nodes claim its running tasks at once (a node
+    /// stopping gracefully). Returns how many.
+    async fn release_leases(&self, node: &str) -> Result<u64, StoreError>;
+
+    /// Called once at start, before claiming: releases the leases no live process can hold. On
+    /// SQLite, every lease (one process owns the file, and it has just started); on
+    /// PostgreSQL, none (another node's lease lapses by itself).
+    async fn release_stale_leases(&self) -> Result<u64, StoreError>;
 
     /// Commits one step. Returns the updated task, or `None` if the worker lost its lease (the
     /// task was paused, cancelled or claimed by another worker): then nothing is written.
@@ -127,10 +180,6 @@ pub trait TaskRepo: Send + Sync {
         status: Option<TaskStatus>,
         limit: usize,
     ) -> Result<Vec<TaskInfo>, StoreError>;
-
-    /// Id and kind of the tasks a worker should be advancing: `pending` and `running`, oldest
-    /// first.
-    async fn unfinished_task_ids(&self) -> Result<Vec<(String, String)>, StoreError>;
 
     async fn status_counts(&self) -> Result<BTreeMap<TaskStatus, u64>, StoreError>;
 
@@ -266,10 +315,32 @@ pub trait HandleRepo: Send + Sync {
     async fn purge_expired_handles(&self) -> Result<u64, StoreError>;
 }
 
-/// A backend: all four repositories on one database.
-pub trait Backend: TaskRepo + StreamRepo + SessionRepo + HandleRepo + fmt::Debug {}
+/// A change committed by another node of a fleet sharing the database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// A task changed: read it for its state.
+    Task { id: String },
+    /// An event was appended to the stream `token`.
+    Stream { token: String },
+    /// Changes may have been missed (the listening connection was down): re-read what you
+    /// follow.
+    Resync,
+}
 
-impl<T: TaskRepo + StreamRepo + SessionRepo + HandleRepo + fmt::Debug> Backend for T {}
+/// How a process hears of changes that other processes commit.
+pub trait ChangeFeed: Send + Sync {
+    /// Changes of other nodes from now on; `None` for a backend that only this process writes
+    /// (SQLite), where every change is known in process.
+    fn changes(&self) -> Option<broadcast::Receiver<Change>>;
+}
+
+/// A backend: all four repositories on one database, and its changes.
+pub trait Backend:
+    TaskRepo + StreamRepo + SessionRepo + HandleRepo + ChangeFeed + fmt::Debug
+{
+}
+
+impl<T: TaskRepo + StreamRepo + SessionRepo + HandleRepo + ChangeFeed + fmt::Debug> Backend for T {}
 
 /// A cheap-to-clone handle on the backend the server was started with. Call the repositories'
 /// methods on it (with their traits in scope).
@@ -290,8 +361,9 @@ impl Store {
         Ok(Store(Arc::new(sqlite::Sqlite::open(path)?)))
     }
 
-    /// Connects to `database`, migrating its schema to this binary's version.
-    pub async fn connect(database: &Database) -> Result<Store, StoreError> {
+    /// Connects to `database` as `node` (the id that names this process to other nodes),
+    /// migrating its schema to this binary's version.
+    pub async fn connect(database: &Database, node: &str) -> Result<Store, StoreError> {
         match database {
             Database::Sqlite(path) => {
                 let path = path.clone();
@@ -299,7 +371,9 @@ impl Store {
                     .await
                     .map_err(|_| StoreError::Closed)?
             }
-            Database::Postgres(url) => Ok(Store(Arc::new(postgres::Postgres::connect(url).await?))),
+            Database::Postgres(url) => Ok(Store(Arc::new(
+                postgres::Postgres::connect(url, node).await?,
+            ))),
         }
     }
 }

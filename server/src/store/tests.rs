@@ -23,7 +23,7 @@ impl Fixture {
         let dir = tempfile::tempdir().unwrap();
         let database = Database::Sqlite(dir.path().join("t.db"));
         Fixture {
-            store: Store::connect(&database).await.unwrap(),
+            store: Store::connect(&database, "test-node").await.unwrap(),
             database,
             _dir: Some(dir),
             _scratch: None,
@@ -35,7 +35,7 @@ impl Fixture {
         let scratch = ScratchDatabase::from_env().await?.unwrap();
         let database = Database::Postgres(scratch.url().to_owned());
         Some(Fixture {
-            store: Store::connect(&database).await.unwrap(),
+            store: Store::connect(&database, "test-node").await.unwrap(),
             database,
             _dir: None,
             _scratch: Some(scratch),
@@ -99,6 +99,27 @@ fn commit(id: &str, lease: i64, step: u64) -> StepCommit {
     }
 }
 
+/// Node `name`, with leases long enough never to lapse during a test.
+fn node(name: &str) -> Claimant {
+    Claimant {
+        node: name.into(),
+        ttl: std::time::Duration::from_secs(600),
+    }
+}
+
+/// Node `name`, with leases that lapse at once.
+fn fleeting(name: &str) -> Claimant {
+    Claimant {
+        node: name.into(),
+        ttl: std::time::Duration::ZERO,
+    }
+}
+
+/// Lets a lease of [`fleeting`] lapse: the database's clock counts milliseconds.
+async fn lapse() {
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+}
+
 fn ids(handles: &[TaskHandle]) -> Vec<&str> {
     handles.iter().map(|h| h.task.task_id.as_str()).collect()
 }
@@ -118,8 +139,8 @@ contract! {
     async fn only_the_latest_lease_commits_and_only_while_running(fx) {
         let store = fx.store.clone();
         store.insert_task(new_task("a")).await.unwrap();
-        let first = store.claim_task("a").await.unwrap().unwrap();
-        let second = store.claim_task("a").await.unwrap().unwrap();
+        let first = store.claim_task("a", &node("a")).await.unwrap().unwrap();
+        let second = store.claim_task("a", &node("a")).await.unwrap().unwrap();
         assert!(second.lease > first.lease);
         assert!(
             store
@@ -152,7 +173,7 @@ contract! {
                 .is_none()
         );
         assert!(
-            store.claim_task("a").await.unwrap().is_none(),
+            store.claim_task("a", &node("a")).await.unwrap().is_none(),
             "paused tasks are not claimed"
         );
         let row = store.get_task("a").await.unwrap().unwrap();
@@ -164,7 +185,7 @@ contract! {
     async fn terminal_statuses_never_change(fx) {
         let store = fx.store.clone();
         store.insert_task(new_task("a")).await.unwrap();
-        let lease = store.claim_task("a").await.unwrap().unwrap().lease;
+        let lease = store.claim_task("a", &node("a")).await.unwrap().unwrap().lease;
         let mut last = commit("a", lease, 1);
         last.result = Some(json!({"ok": true}));
         let done = store.commit_step(last).await.unwrap().unwrap();
@@ -184,7 +205,7 @@ contract! {
                 .unwrap()
                 .is_none()
         );
-        assert!(store.claim_task("a").await.unwrap().is_none());
+        assert!(store.claim_task("a", &node("a")).await.unwrap().is_none());
         assert!(matches!(
             store
                 .transition("missing", ANY, TaskStatus::Paused)
@@ -200,7 +221,7 @@ contract! {
         let store = fx.store.clone();
         let first = store.server_secret().await.unwrap();
         drop(store);
-        let reopened = Store::connect(&fx.database).await.unwrap();
+        let reopened = Store::connect(&fx.database, "test-node").await.unwrap();
         assert_eq!(reopened.server_secret().await.unwrap(), first);
         assert_ne!(first, [0; 32]);
     }
@@ -403,7 +424,77 @@ contract! {
         task.params = serde_json::from_str(r#"{"z": 1, "a": 0.1, "big": 12345678901234567890}"#).unwrap();
         let stored = fx.store.insert_task(task.clone()).await.unwrap();
         assert_eq!(stored.parameters.to_string(), task.params.to_string());
-        let row = fx.store.claim_task("j").await.unwrap().unwrap();
+        let row = fx.store.claim_task("j", &node("a")).await.unwrap().unwrap();
         assert_eq!(row.checkpoint, task.checkpoint);
+    }
+}
+
+contract! {
+    /// Another node's live lease keeps a task from being claimed (its own node may take it
+    /// over); once it lapses, another node claims the task and fences the first one out.
+    async fn only_a_lapsed_lease_is_claimed_by_another_node(fx) {
+        let store = fx.with_tasks(&["t"]).await;
+        let first = store.claim_task("t", &node("a")).await.unwrap().unwrap();
+        assert_eq!(first.info.node.as_deref(), Some("a"));
+        assert!(store.claim_task("t", &node("b")).await.unwrap().is_none());
+        assert!(store.claimable_tasks(&node("b"), false, 10).await.unwrap().is_empty());
+        assert_eq!(
+            store.claimable_tasks(&node("a"), true, 10).await.unwrap(),
+            [("t".to_owned(), "k".to_owned())],
+            "a node restarted under its id finds its own tasks"
+        );
+
+        let again = store.claim_task("t", &fleeting("a")).await.unwrap().unwrap();
+        assert!(again.lease > first.lease, "a superseding worker of the same node");
+        lapse().await;
+        assert_eq!(store.claimable_tasks(&node("b"), false, 10).await.unwrap().len(), 1);
+        let taken = store.claim_task("t", &node("b")).await.unwrap().unwrap();
+        assert_eq!(taken.info.node.as_deref(), Some("b"));
+        assert!(store.commit_step(commit("t", again.lease, 1)).await.unwrap().is_none());
+        assert!(
+            store
+                .renew_leases(&node("a"), vec![("t".into(), again.lease)])
+                .await
+                .unwrap()
+                .is_empty(),
+            "the first node learns that it lost the task"
+        );
+        let info = store.commit_step(commit("t", taken.lease, 1)).await.unwrap().unwrap();
+        assert_eq!((info.step, info.node.as_deref()), (1, Some("b")));
+    }
+}
+
+contract! {
+    /// A renewed lease stays its node's; a released one is claimed by another node at once.
+    async fn renewed_leases_hold_and_released_ones_pass_on(fx) {
+        let store = fx.with_tasks(&["t", "u"]).await;
+        let t = store.claim_task("t", &fleeting("a")).await.unwrap().unwrap();
+        let u = store.claim_task("u", &fleeting("a")).await.unwrap().unwrap();
+        let renewed = store
+            .renew_leases(&node("a"), vec![("t".into(), t.lease), ("u".into(), u.lease + 1)])
+            .await
+            .unwrap();
+        assert_eq!(renewed, ["t"], "a lease is renewed only under its own attempt");
+        lapse().await;
+        assert!(store.claim_task("t", &node("b")).await.unwrap().is_none());
+        assert!(store.claim_task("u", &node("b")).await.unwrap().is_some());
+
+        assert_eq!(store.release_leases("a").await.unwrap(), 1);
+        assert!(store.claim_task("t", &node("b")).await.unwrap().is_some());
+    }
+}
+
+contract! {
+    /// At start, SQLite (one process per file) frees every lease; PostgreSQL (other nodes may
+    /// live) frees none.
+    async fn stale_leases_are_freed_only_where_no_other_node_can_live(fx) {
+        let store = fx.with_tasks(&["t"]).await;
+        store.claim_task("t", &node("a")).await.unwrap().unwrap();
+        let released = store.release_stale_leases().await.unwrap();
+        let claimed = store.claim_task("t", &node("b")).await.unwrap();
+        match store.changes() {
+            None => assert_eq!((released, claimed.is_some()), (1, true)),
+            Some(_) => assert_eq!((released, claimed.is_some()), (0, false)),
+        }
     }
 }

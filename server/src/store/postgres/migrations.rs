@@ -14,7 +14,7 @@ use deadpool_postgres::Object;
 use crate::store::StoreError;
 
 const MIGRATIONS: &[&str] = &[
-    // 1: everything the SQLite schema has at its version 3.
+    // 1: everything the SQLite schema has at its version 4.
     r#"
     CREATE FUNCTION durable_now_ms() RETURNS BIGINT LANGUAGE sql VOLATILE AS
         $$ SELECT (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT $$;
@@ -41,7 +41,9 @@ const MIGRATIONS: &[&str] = &[
         error        TEXT,
         created_at   BIGINT NOT NULL,
         updated_at   BIGINT NOT NULL,
-        completed_at BIGINT
+        completed_at BIGINT,
+        node         TEXT,
+        lease_expires_at BIGINT
     );
     CREATE INDEX tasks_by_status ON tasks (status, created_at);
     CREATE INDEX tasks_by_owner ON tasks (owner, created_at);

@@ -14,6 +14,7 @@ pub mod scratch;
 mod sessions;
 mod streams;
 mod tasks;
+mod wakeups;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -23,7 +24,9 @@ use tokio_postgres::NoTls;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, Statement};
 
-use super::StoreError;
+use tokio::sync::broadcast;
+
+use super::{Change, ChangeFeed, StoreError};
 
 /// Connections a node keeps open. Enough for the writes in flight to share commits; each
 /// costs the database a backend process, and a fleet multiplies it.
@@ -32,11 +35,13 @@ const POOL_SIZE: usize = 16;
 /// with a clear error instead of hanging while the database is unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The PostgreSQL backend: a pool of connections to one database.
+/// The PostgreSQL backend: a pool of connections to one database, and a connection listening
+/// for the other nodes' changes.
 pub struct Postgres {
     pool: Pool,
     /// The URL without its password, for logs and errors.
     shown: String,
+    changes: broadcast::Sender<Change>,
 }
 
 impl std::fmt::Debug for Postgres {
@@ -51,13 +56,16 @@ type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
 
 impl Postgres {
     /// Connects to the database at `url` (`postgres://user[:password]@host[:port]/database`)
-    /// and migrates its schema to this binary's version.
-    pub async fn connect(url: &str) -> Result<Postgres, StoreError> {
+    /// as `node`, and migrates its schema to this binary's version.
+    pub async fn connect(url: &str, node: &str) -> Result<Postgres, StoreError> {
         let mut config = tokio_postgres::Config::from_str(url)
             .map_err(|e| StoreError::Url(format!("{}: {e}", redact(url))))?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
+        // Names the node in what its statements notify (and in pg_stat_activity).
+        config.application_name(node);
+        let changes = wakeups::listen(config.clone(), node.to_owned());
         let manager = Manager::from_config(
             config,
             NoTls,
@@ -75,6 +83,7 @@ impl Postgres {
         let store = Postgres {
             pool,
             shown: redact(url),
+            changes,
         };
         let mut client = store.client().await?;
         migrations::migrate(&mut client).await?;
@@ -127,6 +136,12 @@ impl Postgres {
             .iter()
             .map(read)
             .collect()
+    }
+}
+
+impl ChangeFeed for Postgres {
+    fn changes(&self) -> Option<broadcast::Receiver<Change>> {
+        Some(self.changes.subscribe())
     }
 }
 

@@ -14,7 +14,8 @@ fn new_token() -> String {
 /// counter, insert the event, and reveal the binding's stream. The upsert locks the stream's
 /// row until the statement commits, so the appends of one stream are serialised and each seq
 /// commits before the next is handed out: a reader never sees seq n+1 without n.
-const APPEND: &str = "\
+const APPEND: &str = concat!(
+    "\
     WITH stream AS ( \
         INSERT INTO streams (token, stream_id, session_id, next_seq, finished, created_at) \
         VALUES ($1, $2, $3, 2, $4, durable_now_ms()) \
@@ -28,7 +29,10 @@ const APPEND: &str = "\
         UPDATE call_bindings SET stream_token = (SELECT token FROM stream) \
         WHERE id = $7 AND stream_token IS NULL \
     ) \
-    SELECT token, seq FROM stream";
+    SELECT token, seq, pg_notify('",
+    super::wakeups::STREAM_CHANNEL!(),
+    "', token || ' ' || current_setting('application_name')) FROM stream"
+);
 
 fn read_binding(row: &Row) -> Result<CallBinding, StoreError> {
     Ok(CallBinding {

@@ -15,19 +15,19 @@ use serde_json::Value;
 use tokio_postgres::Row;
 
 use super::{Postgres, signed, unsigned};
-use crate::store::{NewTask, StepCommit, StoreError, TaskRepo, TaskRow, Transition};
+use crate::store::{Claimant, NewTask, StepCommit, StoreError, TaskRepo, TaskRow, Transition};
 
 /// The columns of a [`TaskInfo`], in the order [`read_info`] reads them.
 macro_rules! info_columns {
     () => {
         "tasks.id, kind, owner, params, status, progress, total, message, step, result, error, \
-         created_at, updated_at, completed_at"
+         created_at, updated_at, completed_at, node"
     };
 }
 pub(super) use info_columns;
 
 /// How many columns [`info_columns!`] lists: the position of the first column after them.
-pub(super) const INFO_COUNT: usize = 14;
+pub(super) const INFO_COUNT: usize = 15;
 
 fn time(ms: i64) -> DateTime<Utc> {
     Utc.timestamp_millis_opt(ms).single().unwrap_or_default()
@@ -60,6 +60,7 @@ pub(super) fn read_info(row: &Row) -> Result<TaskInfo, StoreError> {
         owner: row.try_get(2)?,
         step: unsigned(row, 8)?,
         percent: TaskInfo::percent_of(progress, total),
+        node: row.try_get(14)?,
     })
 }
 
@@ -70,6 +71,19 @@ fn read_row(row: &Row) -> Result<TaskRow, StoreError> {
         checkpoint: json(row.try_get(INFO_COUNT)?)?,
         lease: row.try_get(INFO_COUNT + 1)?,
     })
+}
+
+/// `$sql`, a statement returning a task's row, made to announce the change to the other nodes
+/// (see `wakeups.rs`): the notification carries the task's id and this node's id (the
+/// connection's `application_name`), and is delivered when the statement commits.
+macro_rules! notifying {
+    ($($sql:expr),+ $(,)?) => {
+        concat!(
+            "WITH t AS (", $($sql),+, ") SELECT t.*, pg_notify('",
+            super::wakeups::TASK_CHANNEL!(),
+            "', t.id || ' ' || current_setting('application_name')) FROM t"
+        )
+    };
 }
 
 const SELECT_INFO: &str = concat!("SELECT ", info_columns!(), " FROM tasks WHERE id = $1");
@@ -83,10 +97,10 @@ macro_rules! insert {
 }
 
 /// Inserts a task; an id that is taken is an error.
-const INSERT: &str = concat!(insert!(), " RETURNING ", info_columns!());
+const INSERT: &str = notifying!(insert!(), " RETURNING ", info_columns!());
 
 /// Inserts a task unless its id is taken; returns no row then.
-const INSERT_OR_SKIP: &str = concat!(
+const INSERT_OR_SKIP: &str = notifying!(
     insert!(),
     " ON CONFLICT (id) DO NOTHING RETURNING ",
     info_columns!()
@@ -134,19 +148,77 @@ impl TaskRepo for Postgres {
         Ok((info, false))
     }
 
-    async fn claim_task(&self, id: &str) -> Result<Option<TaskRow>, StoreError> {
+    async fn claim_task(
+        &self,
+        id: &str,
+        claimant: &Claimant,
+    ) -> Result<Option<TaskRow>, StoreError> {
+        // SKIP LOCKED: a row another node is claiming or committing right now is not waited
+        // for; that node holds it.
         self.query_opt(
-            concat!(
-                "UPDATE tasks SET status = 'running', lease = lease + 1, \
-                 updated_at = durable_now_ms() \
-                 WHERE id = $1 AND status IN ('pending', 'running') RETURNING ",
+            notifying!(
+                "UPDATE tasks SET status = 'running', lease = lease + 1, node = $2, \
+                 lease_expires_at = durable_now_ms() + $3, updated_at = durable_now_ms() \
+                 WHERE id = (SELECT id FROM tasks WHERE id = $1 AND (status = 'pending' OR \
+                   (status = 'running' AND (node = $2 OR lease_expires_at IS NULL \
+                     OR lease_expires_at < durable_now_ms()))) \
+                   FOR UPDATE SKIP LOCKED) \
+                 RETURNING ",
                 info_columns!(),
                 ", checkpoint, lease"
             ),
-            &[&id],
+            &[&id, &claimant.node, &claimant.ttl_ms()],
             read_row,
         )
         .await
+    }
+
+    async fn claimable_tasks(
+        &self,
+        claimant: &Claimant,
+        own: bool,
+        limit: usize,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        self.query(
+            "SELECT id, kind FROM tasks WHERE status = 'pending' OR (status = 'running' \
+             AND (lease_expires_at IS NULL OR lease_expires_at < durable_now_ms() \
+               OR ($2 AND node = $1))) \
+             ORDER BY created_at LIMIT $3",
+            &[&claimant.node, &own, &signed(limit as u64)?],
+            |row| Ok((row.try_get(0)?, row.try_get(1)?)),
+        )
+        .await
+    }
+
+    async fn renew_leases(
+        &self,
+        claimant: &Claimant,
+        held: Vec<(String, i64)>,
+    ) -> Result<Vec<String>, StoreError> {
+        let (ids, leases): (Vec<String>, Vec<i64>) = held.into_iter().unzip();
+        self.query(
+            "UPDATE tasks SET lease_expires_at = durable_now_ms() + $4 \
+             FROM unnest($1::TEXT[], $2::BIGINT[]) AS held (id, lease) \
+             WHERE tasks.id = held.id AND tasks.lease = held.lease AND tasks.node = $3 \
+               AND tasks.status = 'running' \
+             RETURNING tasks.id",
+            &[&ids, &leases, &claimant.node, &claimant.ttl_ms()],
+            |row| Ok(row.try_get(0)?),
+        )
+        .await
+    }
+
+    async fn release_leases(&self, node: &str) -> Result<u64, StoreError> {
+        self.execute(
+            "UPDATE tasks SET lease_expires_at = 0 WHERE node = $1 AND status = 'running'",
+            &[&node],
+        )
+        .await
+    }
+
+    async fn release_stale_leases(&self) -> Result<u64, StoreError> {
+        // Other nodes may be alive: their leases lapse by themselves if they are not.
+        Ok(0)
     }
 
     async fn commit_step(&self, commit: StepCommit) -> Result<Option<TaskInfo>, StoreError> {
@@ -157,7 +229,7 @@ impl TaskRepo for Postgres {
             // not rewritten on every step.
             None => {
                 self.query_opt(
-                    concat!(
+                    notifying!(
                         "UPDATE tasks SET checkpoint = $3, progress = $4, message = $5, \
                          step = $6, updated_at = durable_now_ms() \
                          WHERE id = $1 AND lease = $2 AND status = 'running' RETURNING ",
@@ -177,7 +249,7 @@ impl TaskRepo for Postgres {
             }
             Some(result) => {
                 self.query_opt(
-                    concat!(
+                    notifying!(
                         "UPDATE tasks SET checkpoint = $3, progress = $4, message = $5, \
                          step = $6, updated_at = durable_now_ms(), \
                          completed_at = durable_now_ms(), status = 'completed', result = $7 \
@@ -207,7 +279,7 @@ impl TaskRepo for Postgres {
         error: String,
     ) -> Result<Option<TaskInfo>, StoreError> {
         self.query_opt(
-            concat!(
+            notifying!(
                 "UPDATE tasks SET status = 'failed', error = $3, \
                  completed_at = durable_now_ms(), updated_at = durable_now_ms() \
                  WHERE id = $1 AND lease = $2 AND status = 'running' RETURNING ",
@@ -227,7 +299,7 @@ impl TaskRepo for Postgres {
     ) -> Result<Transition, StoreError> {
         let applied = self
             .query_opt(
-                concat!(
+                notifying!(
                     "UPDATE tasks SET status = $2, updated_at = durable_now_ms(), \
                      completed_at = CASE WHEN $3 THEN durable_now_ms() ELSE completed_at END \
                      WHERE id = $1 AND status = ANY($4) RETURNING ",
@@ -270,16 +342,6 @@ impl TaskRepo for Postgres {
                 &signed(limit as u64)?,
             ],
             read_info,
-        )
-        .await
-    }
-
-    async fn unfinished_task_ids(&self) -> Result<Vec<(String, String)>, StoreError> {
-        self.query(
-            "SELECT id, kind FROM tasks WHERE status IN ('pending', 'running') \
-             ORDER BY created_at",
-            &[],
-            |row| Ok((row.try_get(0)?, row.try_get(1)?)),
         )
         .await
     }

@@ -103,6 +103,12 @@ const MIGRATIONS: &[&str] = &[
     ) STRICT, WITHOUT ROWID;
     CREATE INDEX mcp_tasks_by_requester ON mcp_tasks (requester);
     "#,
+    // 4: leases: which node holds a running task, and until when (a task that was running
+    // before this version has no lease, so any node may claim it).
+    r#"
+    ALTER TABLE tasks ADD COLUMN node TEXT;
+    ALTER TABLE tasks ADD COLUMN lease_expires_at INTEGER;
+    "#,
 ];
 
 /// The schema version this binary writes.

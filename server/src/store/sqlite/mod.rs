@@ -22,7 +22,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
 
-use super::StoreError;
+use super::{Change, ChangeFeed, StoreError};
 
 /// Most writes one transaction takes before it commits; bounds the latency of the first writer.
 const MAX_BATCH: usize = 256;
@@ -130,6 +130,12 @@ impl Sqlite {
         })
         .await
         .map_err(|_| StoreError::Closed)?
+    }
+}
+
+impl ChangeFeed for Sqlite {
+    fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<Change>> {
+        None
     }
 }
 

@@ -15,7 +15,9 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::Value;
 
 use super::Sqlite;
-use crate::store::{NewTask, StepCommit, StoreError, TaskRepo, TaskRow, Transition, now_ms};
+use crate::store::{
+    Claimant, NewTask, StepCommit, StoreError, TaskRepo, TaskRow, Transition, now_ms,
+};
 
 /// The columns of a [`TaskInfo`], in the order [`read_info`] reads them; the checkpoint is read
 /// only when a worker claims the task. A macro rather than a constant so that the statements
@@ -24,13 +26,13 @@ use crate::store::{NewTask, StepCommit, StoreError, TaskRepo, TaskRow, Transitio
 macro_rules! info_columns {
     () => {
         "id, kind, owner, params, status, progress, total, message, step, result, error, \
-         created_at, updated_at, completed_at"
+         created_at, updated_at, completed_at, node"
     };
 }
 pub(super) use info_columns;
 
 /// How many columns [`info_columns!`] lists: the position of the first column after them.
-pub(super) const INFO_COUNT: usize = 14;
+pub(super) const INFO_COUNT: usize = 15;
 
 fn time(ms: i64) -> DateTime<Utc> {
     Utc.timestamp_millis_opt(ms).single().unwrap_or_default()
@@ -68,6 +70,7 @@ pub(super) fn read_info(row: &Row<'_>) -> rusqlite::Result<TaskInfo> {
         owner: row.get(2)?,
         step: row.get(8)?,
         percent: TaskInfo::percent_of(progress, total),
+        node: row.get(14)?,
     })
 }
 
@@ -126,22 +129,94 @@ impl TaskRepo for Sqlite {
 
     /// Marks a `pending` (or orphaned `running`) task as running under a fresh lease and returns
     /// it with its checkpoint; `None` if its status does not allow running.
-    async fn claim_task(&self, id: &str) -> Result<Option<TaskRow>, StoreError> {
-        let id = id.to_owned();
+    async fn claim_task(
+        &self,
+        id: &str,
+        claimant: &Claimant,
+    ) -> Result<Option<TaskRow>, StoreError> {
+        let (id, node, ttl_ms) = (id.to_owned(), claimant.node.clone(), claimant.ttl_ms());
         self.write(move |conn| {
             let mut stmt = conn.prepare_cached(concat!(
-                "UPDATE tasks SET status = 'running', lease = lease + 1, updated_at = ?2 \
-                 WHERE id = ?1 AND status IN ('pending', 'running') RETURNING ",
+                "UPDATE tasks SET status = 'running', lease = lease + 1, node = ?2, \
+                 lease_expires_at = ?3 + ?4, updated_at = ?3 \
+                 WHERE id = ?1 AND (status = 'pending' OR (status = 'running' AND \
+                   (node IS ?2 OR lease_expires_at IS NULL OR lease_expires_at < ?3))) \
+                 RETURNING ",
                 info_columns!(),
                 ", checkpoint, lease"
             ))?;
-            Ok(stmt.query_row(params![id, now_ms()], read_row).optional()?)
+            Ok(stmt
+                .query_row(params![id, node, now_ms(), ttl_ms], read_row)
+                .optional()?)
         })
         .await
     }
 
-    /// Commits one step. Returns the updated task, or `None` if the worker lost its lease (the
-    /// task was paused, cancelled or claimed by another worker): then nothing is written.
+    async fn claimable_tasks(
+        &self,
+        claimant: &Claimant,
+        own: bool,
+        limit: usize,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        let node = own.then(|| claimant.node.clone());
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT id, kind FROM tasks WHERE status = 'pending' OR (status = 'running' \
+                 AND (lease_expires_at IS NULL OR lease_expires_at < ?1 OR node = ?2)) \
+                 ORDER BY created_at LIMIT ?3",
+            )?;
+            let ids = stmt.query_map(params![now_ms(), node, limit as i64], |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })?;
+            Ok(ids.collect::<Result<_, _>>()?)
+        })
+        .await
+    }
+
+    async fn renew_leases(
+        &self,
+        claimant: &Claimant,
+        held: Vec<(String, i64)>,
+    ) -> Result<Vec<String>, StoreError> {
+        let (node, ttl_ms) = (claimant.node.clone(), claimant.ttl_ms());
+        self.write(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "UPDATE tasks SET lease_expires_at = ?4 + ?5 \
+                 WHERE id = ?1 AND lease = ?2 AND node = ?3 AND status = 'running'",
+            )?;
+            let now = now_ms();
+            let mut renewed = Vec::with_capacity(held.len());
+            for (id, lease) in held {
+                if stmt.execute(params![id, lease, node, now, ttl_ms])? > 0 {
+                    renewed.push(id);
+                }
+            }
+            Ok(renewed)
+        })
+        .await
+    }
+
+    async fn release_leases(&self, node: &str) -> Result<u64, StoreError> {
+        let node = node.to_owned();
+        self.write(move |conn| {
+            Ok(conn.execute(
+                "UPDATE tasks SET lease_expires_at = 0 WHERE node = ?1 AND status = 'running'",
+                [node],
+            )? as u64)
+        })
+        .await
+    }
+
+    async fn release_stale_leases(&self) -> Result<u64, StoreError> {
+        self.write(|conn| {
+            Ok(conn.execute(
+                "UPDATE tasks SET lease_expires_at = 0 WHERE status = 'running'",
+                [],
+            )? as u64)
+        })
+        .await
+    }
+
     async fn commit_step(&self, commit: StepCommit) -> Result<Option<TaskInfo>, StoreError> {
         self.write(move |conn| {
             // Intermediate steps leave status and completion alone, so the indexes on them are
@@ -276,18 +351,6 @@ impl TaskRepo for Sqlite {
 
     /// Id and kind of the tasks a worker should be advancing: `pending` and `running`, oldest
     /// first.
-    async fn unfinished_task_ids(&self) -> Result<Vec<(String, String)>, StoreError> {
-        self.read(|conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT id, kind FROM tasks WHERE status IN ('pending', 'running') \
-                 ORDER BY created_at",
-            )?;
-            let ids = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
-            Ok(ids.collect::<Result<_, _>>()?)
-        })
-        .await
-    }
-
     async fn status_counts(&self) -> Result<BTreeMap<TaskStatus, u64>, StoreError> {
         self.read(|conn| {
             let mut counts: BTreeMap<TaskStatus, u64> =
