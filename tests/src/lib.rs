@@ -5,6 +5,7 @@
 #![allow(deprecated)]
 
 pub mod browser;
+pub mod fleet;
 pub mod proxy;
 pub mod raw;
 
@@ -16,7 +17,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use durable_mcp_server::store::postgres::scratch::{ScratchDatabase, TEST_SERVER_VAR};
-use durable_shared::{TaskInfo, TaskStatus};
+use durable_shared::{TASK_LIST_META_KEY, TASK_META_KEY, TaskInfo, TaskStatus};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use rmcp::model::{
@@ -142,6 +143,8 @@ enum TestDatabase {
     Sqlite,
     /// A database of its own, dropped with the server.
     Postgres(ScratchDatabase),
+    /// A PostgreSQL database shared with other servers (a fleet's), dropped by its owner.
+    Shared(String),
 }
 
 impl TestDatabase {
@@ -175,23 +178,57 @@ pub struct Server {
     args: Vec<String>,
     starts: u32,
     database: TestDatabase,
+    data_dir: PathBuf,
     /// The same at every start, as a deployment would keep it: a restarted server takes its
     /// tasks back at once instead of after their leases lapse.
-    node_id: String,
+    pub node_id: String,
 }
 
 impl Server {
     /// Starts a server in `dir` (database `dir/tasks.db` or a scratch PostgreSQL database, see
     /// [`BACKEND_VAR`]; data `dir/data`) on a free port.
     pub async fn start(dir: &Path, extra_args: &[&str]) -> Server {
+        let database = TestDatabase::for_this_run().await;
+        Server::launch(dir, database, dir.join("data"), next_node_id(), extra_args).await
+    }
+
+    /// Starts node `node_id` of a fleet: its logs in `dir`, its state in the PostgreSQL
+    /// database at `database_url` and its files in `data_dir`, both shared with the other
+    /// nodes.
+    pub async fn start_node(
+        dir: &Path,
+        database_url: &str,
+        data_dir: &Path,
+        node_id: &str,
+        extra_args: &[&str],
+    ) -> Server {
+        let database = TestDatabase::Shared(database_url.to_owned());
+        Server::launch(
+            dir,
+            database,
+            data_dir.to_owned(),
+            node_id.to_owned(),
+            extra_args,
+        )
+        .await
+    }
+
+    async fn launch(
+        dir: &Path,
+        database: TestDatabase,
+        data_dir: PathBuf,
+        node_id: String,
+        extra_args: &[&str],
+    ) -> Server {
         let mut server = Server {
             child: None,
             addr: "127.0.0.1:0".parse().expect("address"),
             dir: dir.to_owned(),
             args: extra_args.iter().map(|arg| arg.to_string()).collect(),
             starts: 0,
-            database: TestDatabase::for_this_run().await,
-            node_id: next_node_id(),
+            database,
+            data_dir,
+            node_id,
         };
         server.spawn().await;
         server
@@ -210,11 +247,12 @@ impl Server {
                 &self.addr.port().to_string(),
             ])
             .arg("--data-dir")
-            .arg(self.dir.join("data"))
+            .arg(&self.data_dir)
             .args(["--node-id", &self.node_id]);
         match &self.database {
             TestDatabase::Sqlite => command.arg("--db").arg(self.dir.join("tasks.db")),
             TestDatabase::Postgres(scratch) => command.args(["--database-url", scratch.url()]),
+            TestDatabase::Shared(url) => command.args(["--database-url", url]),
         };
         if !self.args.iter().any(|arg| arg == "--dashboard-dir") {
             command.args(["--dashboard-dir", "/nonexistent"]);
@@ -285,7 +323,12 @@ impl Server {
     }
 
     pub fn data_path(&self, relative: &str) -> PathBuf {
-        self.dir.join("data").join(relative)
+        self.data_dir.join(relative)
+    }
+
+    /// Whether the process is running (not killed or stopped by the test).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
     }
 }
 
@@ -562,4 +605,46 @@ pub async fn wait_progress(client: &Client, task_id: &str, progress: u64) -> Tas
             task.progress >= progress || task.status == TaskStatus::Completed
         })
         .await
+}
+
+/// The task states carried by a client's `resources/updated` notifications for `uri`, in the
+/// order received (a resynchronisation contributes a list's tasks at once).
+pub fn states(client: &Client, uri: &str) -> Vec<TaskInfo> {
+    let mut states = Vec::new();
+    for note in client.notes() {
+        let Note::ResourceUpdated {
+            uri: updated,
+            meta: Some(meta),
+        } = note
+        else {
+            continue;
+        };
+        if updated != uri {
+            continue;
+        }
+        if let Ok(task) = serde_json::from_value::<TaskInfo>(meta[TASK_META_KEY].clone()) {
+            states.push(task);
+        } else if let Ok(tasks) =
+            serde_json::from_value::<Vec<TaskInfo>>(meta[TASK_LIST_META_KEY].clone())
+        {
+            states.extend(tasks);
+        }
+    }
+    states
+}
+
+/// Polls `done` until it gives a value; on timeout, fails showing what `client` received.
+pub async fn eventually<T>(client: &Client, what: &str, done: impl Fn() -> Option<T>) -> T {
+    let deadline = tokio::time::Instant::now() + IO_TIMEOUT;
+    loop {
+        if let Some(value) = done() {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}; notifications received: {:#?}",
+            client.notes()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use durable_shared::{TASK_LIST_META_KEY, TASK_META_KEY, TaskInfo, TaskStatus};
-use durable_tests::{Client, IO_TIMEOUT, Note, Server, within};
+use durable_shared::{TASK_LIST_META_KEY, TaskInfo, TaskStatus};
+use durable_tests::{Client, IO_TIMEOUT, Note, Server, eventually, states, within};
 use rmcp::model::SubscribeRequestParams;
 use serde_json::json;
 
@@ -24,48 +24,6 @@ async fn subscribe(client: &Client, uri: &str) {
     )
     .await
     .unwrap();
-}
-
-/// The task states carried by a client's `resources/updated` notifications for `uri`, in the
-/// order received (a resynchronisation contributes a list's tasks at once).
-fn states(client: &Client, uri: &str) -> Vec<TaskInfo> {
-    let mut states = Vec::new();
-    for note in client.notes() {
-        let Note::ResourceUpdated {
-            uri: updated,
-            meta: Some(meta),
-        } = note
-        else {
-            continue;
-        };
-        if updated != uri {
-            continue;
-        }
-        if let Ok(task) = serde_json::from_value::<TaskInfo>(meta[TASK_META_KEY].clone()) {
-            states.push(task);
-        } else if let Ok(tasks) =
-            serde_json::from_value::<Vec<TaskInfo>>(meta[TASK_LIST_META_KEY].clone())
-        {
-            states.extend(tasks);
-        }
-    }
-    states
-}
-
-/// Polls `done` until it gives a value; on timeout, fails showing what `client` received.
-async fn eventually<T>(client: &Client, what: &str, done: impl Fn() -> Option<T>) -> T {
-    let deadline = tokio::time::Instant::now() + IO_TIMEOUT;
-    loop {
-        if let Some(value) = done() {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}; notifications received: {:#?}",
-            client.notes()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 fn resyncs(client: &Client) -> usize {

@@ -1,0 +1,234 @@
+//! A fleet: three nodes on one PostgreSQL database and one shared data directory, behind
+//! HAProxy. A node that dies mid-task is replaced by another, which finishes the task with
+//! exactly the result of an uninterrupted run; a subscriber on any node hears of every change
+//! of a task running on another.
+// resources/subscribe is deprecated for 2026-07-28 but is how 2025-11-25 clients follow a task.
+#![allow(deprecated)]
+
+use std::time::Duration;
+
+use durable_shared::{TaskInfo, TaskStatus};
+use durable_tests::fleet::{Fleet, LEASE_TTL};
+use durable_tests::{Client, IO_TIMEOUT, Server, eventually, states, wait_progress, within};
+use rmcp::model::SubscribeRequestParams;
+use serde_json::{Value, json};
+
+const TASK_LIMIT: Duration = Duration::from_secs(120);
+
+/// Runs `tool(args)` on a lone server without interruption and returns the finished task.
+async fn uninterrupted(
+    scale: &str,
+    tool: &str,
+    args: &Value,
+) -> (tempfile::TempDir, Server, TaskInfo) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--time-scale", scale]).await;
+    let client = Client::connect(&server.mcp_url(), Some("baseline")).await;
+    let started = client.call_ok(tool, args.clone()).await;
+    let task = client
+        .wait_terminal(started["task_id"].as_str().unwrap(), TASK_LIMIT)
+        .await;
+    client.close().await;
+    assert_eq!(task.status, TaskStatus::Completed, "{task:?}");
+    (dir, server, task)
+}
+
+/// Waits until the task is advanced by a node other than `dead` and returns it.
+async fn taken_over(client: &Client, task_id: &str, dead: &str, fleet: &Fleet) -> TaskInfo {
+    // A lease lapses within its ttl; the other nodes look for such work every second.
+    let limit = LEASE_TTL * 3 + Duration::from_secs(10);
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let task = client.task(task_id).await;
+        if task.node.as_deref().is_some_and(|node| node != dead) {
+            return task;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "task {task_id} not taken over from {dead} within {limit:?}: {task:?}\n{}",
+            fleet.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Starts `tool(args)` through the balancer, SIGKILLs the node advancing it once its
+/// progress reaches `kill_at`, and returns the finished task, the node killed and the one
+/// that took over.
+async fn killed_mid_task(
+    fleet: &mut Fleet,
+    client: &Client,
+    tool: &str,
+    args: &Value,
+    kill_at: u64,
+) -> (TaskInfo, String, String) {
+    let started = client.call_ok(tool, args.clone()).await;
+    let id = started["task_id"].as_str().unwrap().to_owned();
+    let task = wait_progress(client, &id, kill_at).await;
+    assert_ne!(
+        task.status,
+        TaskStatus::Completed,
+        "finished before the kill: {task:?}"
+    );
+    let holder = task.node.clone().expect("a running task names its node");
+    let index = fleet.index_of(&holder);
+    fleet.nodes[index].kill9().await;
+    let successor = taken_over(client, &id, &holder, fleet).await;
+    let successor = successor.node.unwrap();
+    // Back, under its id: it must not take the task back from its successor.
+    fleet.nodes[index].restart().await;
+    let task = client.wait_terminal(&id, TASK_LIMIT).await;
+    (task, holder, successor)
+}
+
+fn assert_same_outcome(fleet: &Fleet, moved: &TaskInfo, clean: &TaskInfo) {
+    assert_eq!(
+        moved.status,
+        TaskStatus::Completed,
+        "{moved:?}\n{}",
+        fleet.logs()
+    );
+    assert_eq!(moved.result_data, clean.result_data);
+    assert_eq!((moved.progress, moved.total), (clean.progress, clean.total));
+    // One commit per step: a step applied twice would show up as an extra one.
+    assert_eq!(moved.step, clean.step);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_kind_finishes_on_another_node_when_its_node_is_killed() {
+    let migration = json!({"source_path": "sample:customers", "destination_path": "out/customers.jsonl", "record_count": 3000});
+    let batch = json!({"batch_size": 100, "total_items": 6000, "processing_delay": 1});
+    let training = json!({"model_name": "fleet-model", "dataset_size": 2000, "epochs": 60});
+    let scales = ["0.05", "0.05", "0.005"];
+    let baselines = async {
+        tokio::join!(
+            uninterrupted(scales[0], "start_data_migration", &migration),
+            uninterrupted(scales[1], "start_batch_processing", &batch),
+            uninterrupted(scales[2], "start_ml_training", &training),
+        )
+    };
+    let fleet_run = async {
+        let dir = tempfile::tempdir().unwrap();
+        let mut outcomes = Vec::new();
+        // One fleet per kind: each kind's scale differs, and one node's death must not be
+        // another kind's.
+        for (tool, args, scale, kill_at) in [
+            ("start_data_migration", &migration, scales[0], 900),
+            ("start_batch_processing", &batch, scales[1], 2000),
+            ("start_ml_training", &training, scales[2], 20),
+        ] {
+            let fleet_dir = dir.path().join(tool);
+            std::fs::create_dir_all(&fleet_dir).unwrap();
+            let mut fleet = Fleet::start(&fleet_dir, 3, &["--time-scale", scale]).await;
+            let client = Client::connect(&fleet.mcp_url(), Some("fleet-test")).await;
+            let (task, dead, successor) =
+                killed_mid_task(&mut fleet, &client, tool, args, kill_at).await;
+            assert_ne!(dead, successor);
+            client.close().await;
+            outcomes.push((fleet, task));
+        }
+        (dir, outcomes)
+    };
+    let ((migration_clean, batch_clean, training_clean), (_dir, outcomes)) =
+        tokio::join!(baselines, fleet_run);
+    for ((fleet, task), clean) in
+        outcomes
+            .iter()
+            .zip([&migration_clean, &batch_clean, &training_clean])
+    {
+        assert_same_outcome(fleet, task, &clean.2);
+    }
+    let written = std::fs::read(outcomes[0].0.data_path("out/customers.jsonl")).unwrap();
+    let expected = std::fs::read(migration_clean.1.data_path("out/customers.jsonl")).unwrap();
+    assert!(
+        written == expected,
+        "the migrated file differs from an uninterrupted run's"
+    );
+}
+
+async fn subscribe(client: &Client, uri: &str) {
+    within(
+        IO_TIMEOUT,
+        "subscribe",
+        client
+            .service
+            .subscribe(SubscribeRequestParams::new(uri.to_owned())),
+    )
+    .await
+    .unwrap();
+}
+
+/// The statuses `client` heard of for `uri`, consecutive repeats folded.
+fn statuses(client: &Client, uri: &str) -> Vec<TaskStatus> {
+    let mut heard: Vec<TaskStatus> = states(client, uri).iter().map(|t| t.status).collect();
+    heard.dedup();
+    heard
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_on_one_node_hears_every_change_of_a_task_on_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = Fleet::start(dir.path(), 3, &["--time-scale", "0.05"]).await;
+    let on = |n: usize| format!("http://{}/mcp", fleet.nodes[n].addr);
+    let starter = Client::connect(&on(0), Some("owner")).await;
+    let steerer = Client::connect(&on(1), Some("owner")).await;
+    let listener = Client::connect(&on(2), Some("owner")).await;
+
+    let started = starter
+        .call_ok(
+            "start_batch_processing",
+            json!({"batch_size": 100, "total_items": 3000, "processing_delay": 1}),
+        )
+        .await;
+    let id = started["task_id"].as_str().unwrap().to_owned();
+    let uri = format!("task://status/{id}");
+    subscribe(&listener, &uri).await;
+
+    let progressed = |min: u64| {
+        let (listener, uri) = (&listener, uri.clone());
+        move || {
+            states(listener, &uri)
+                .into_iter()
+                .find(|t| t.status == TaskStatus::Running && t.progress >= min)
+        }
+    };
+    let running = eventually(&listener, "progress heard on node-2", progressed(300)).await;
+    assert_eq!(running.node.as_deref(), Some("node-0"));
+
+    steerer.call_ok("pause_task", json!({"task_id": id})).await;
+    eventually(&listener, "the pause heard on node-2", || {
+        statuses(&listener, &uri)
+            .last()
+            .copied()
+            .filter(|s| *s == TaskStatus::Paused)
+    })
+    .await;
+    let paused_at = listener.task(&id).await.progress;
+
+    steerer.call_ok("resume_task", json!({"task_id": id})).await;
+    eventually(
+        &listener,
+        "progress after the resume",
+        progressed(paused_at + 200),
+    )
+    .await;
+    let done = eventually(&listener, "the completion heard on node-2", || {
+        states(&listener, &uri)
+            .into_iter()
+            .find(|t| t.status == TaskStatus::Completed)
+    })
+    .await;
+    assert_eq!((done.progress, done.total), (3000, 3000));
+    assert!(done.result_data.is_some());
+    let heard = statuses(&listener, &uri);
+    let paused = heard.iter().position(|s| *s == TaskStatus::Paused).unwrap();
+    assert_eq!(heard[..paused], [TaskStatus::Running], "{heard:?}");
+    assert_eq!(heard.last(), Some(&TaskStatus::Completed), "{heard:?}");
+    assert!(
+        heard[paused + 1..].contains(&TaskStatus::Running),
+        "the resumed run is heard of: {heard:?}"
+    );
+    for client in [starter, steerer, listener] {
+        client.close().await;
+    }
+}
