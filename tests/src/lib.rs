@@ -465,16 +465,21 @@ impl Client {
         groups.into_iter().map(|(_, values)| values).collect()
     }
 
-    /// Waits until some request's progress reached `total`, and returns that request's values.
-    /// Notifications are handled concurrently with responses, so they may trail the result.
+    /// Waits until some request's progress reached `total`, and returns that request's values,
+    /// sorted. Notifications are handled concurrently with responses, so they may trail the
+    /// result.
     pub async fn progress_reaching(&self, total: f64) -> Vec<f64> {
         within(IO_TIMEOUT, "progress notifications", async {
             loop {
-                if let Some(values) = self
+                if let Some(mut values) = self
                     .progress_by_token()
                     .into_iter()
-                    .find(|values| values.last() == Some(&total))
+                    .find(|values| values.contains(&total))
                 {
+                    // rmcp hands each notification to a task of its own, so the order they are
+                    // recorded in is not the stream's. Sorted, the values strictly increase
+                    // exactly when none was delivered twice.
+                    values.sort_by(f64::total_cmp);
                     return values;
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;

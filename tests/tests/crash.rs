@@ -227,7 +227,7 @@ async fn resumable_processing_continues_after_a_kill_and_repeat_call_attaches() 
     let progress = client.progress_reaching(200.0).await;
     assert!(
         progress.windows(2).all(|w| w[0] < w[1]),
-        "progress must increase: {progress:?}"
+        "no progress value twice: {progress:?}"
     );
     let baseline = client
         .call_ok("resumable_data_processing", baseline_args)

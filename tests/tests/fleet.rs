@@ -10,7 +10,7 @@ use std::time::Duration;
 use durable_shared::{TaskInfo, TaskStatus};
 use durable_tests::fleet::{Fleet, LEASE_TTL};
 use durable_tests::{Client, IO_TIMEOUT, Server, eventually, states, wait_progress, within};
-use rmcp::model::SubscribeRequestParams;
+use rmcp::model::{CallToolRequestParams, SubscribeRequestParams};
 use serde_json::{Value, json};
 
 const TASK_LIMIT: Duration = Duration::from_secs(120);
@@ -231,4 +231,77 @@ async fn a_subscriber_on_one_node_hears_every_change_of_a_task_on_another() {
     for client in [starter, steerer, listener] {
         client.close().await;
     }
+}
+
+/// The in-request job through the balancer: every request of the client's session may land on
+/// another node. The node running the call is killed; the client resumes the call's stream
+/// with `Last-Event-ID` through the balancer, and another node finishes the task and the call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_node_dies_is_finished_by_another_through_the_balancer() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut fleet = Fleet::start(dir.path(), 3, &["--time-scale", "0.05"]).await;
+    let args = json!({"dataset_name": "ledger", "total_records": 300, "batch_size": 10, "client_id": "hopper"});
+    let caller = Client::connect(&fleet.mcp_url(), None).await;
+    let call = tokio::spawn({
+        let Value::Object(args) = args.clone() else {
+            unreachable!("arguments are an object")
+        };
+        let params = CallToolRequestParams::new("resumable_data_processing").with_arguments(args);
+        // Straight on the service: the harness's own deadline would turn a hang into an error.
+        let service = caller.service.peer().clone();
+        async move { service.call_tool(params).await }
+    });
+    let watcher = Client::connect(&fleet.mcp_url(), None).await;
+    let id = within(Duration::from_secs(30), "the task to appear", async {
+        loop {
+            let list = watcher.read("task://list").await;
+            if let Some(id) = list["tasks"][0]["task_id"].as_str() {
+                return id.to_owned();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let task = wait_progress(&watcher, &id, 100).await;
+    let holder = task.node.expect("a running task names its node");
+    let index = fleet.index_of(&holder);
+    fleet.nodes[index].kill9().await;
+
+    let answer = within(TASK_LIMIT, "the interrupted call", call)
+        .await
+        .expect("the call's task")
+        .unwrap_or_else(|e| {
+            panic!(
+                "the call is answered by another node: {e}\n{}",
+                fleet.logs()
+            )
+        });
+    let answer = answer.structured_content.expect("structured content");
+    assert_eq!(answer["task_id"], json!(id));
+    assert_eq!(answer["total_processed"], json!(300));
+    let task = watcher.task(&id).await;
+    assert_ne!(
+        task.node.as_deref(),
+        Some(holder.as_str()),
+        "another node finished it"
+    );
+    assert_eq!(task.step, 30, "every batch committed once");
+
+    // Every progress notification the call received, none twice.
+    let progress = caller.progress_reaching(300.0).await;
+    assert!(
+        progress.windows(2).all(|w| w[0] < w[1]),
+        "no progress value twice: {progress:?}\n{}",
+        fleet.logs()
+    );
+    fleet.nodes[index].restart().await;
+    let baseline = watcher
+        .call_ok(
+            "resumable_data_processing",
+            json!({"dataset_name": "ledger", "total_records": 300, "batch_size": 10, "client_id": "baseline"}),
+        )
+        .await;
+    assert_eq!(baseline["value_sum"], answer["value_sum"]);
+    assert_eq!(baseline["records"], answer["records"]);
+    watcher.close().await;
 }

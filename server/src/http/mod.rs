@@ -89,7 +89,11 @@ pub async fn run(
         config.clone(),
         shutdown.child_token(),
     ));
-    relay::resume_orphaned_calls(engine.clone(), streams.clone()).await;
+    streams
+        .keep_alive(config.lease_ttl)
+        .await
+        .context("announcing this process to the other nodes")?;
+    relay::relay_orphaned_calls(engine.clone(), streams.clone(), shutdown.child_token()).await;
 
     let app = router(&config, engine.clone(), streams, sessions, shutdown.clone());
     let server = axum::serve(

@@ -1,4 +1,6 @@
-//! Finishes tool calls whose handler died with the previous process.
+//! Finishes tool calls whose handler died: with the previous process, or in a fleet with
+//! another node (whose process stopped announcing itself alive). Each such call is adopted by
+//! exactly one process, in the store, before it is relayed.
 //!
 //! `resumable_data_processing` records a binding (task, session, request id, progress token)
 //! when it starts waiting on a task, and its first progress notification tells the event store
@@ -7,8 +9,11 @@
 //! finally the exact response the handler would have sent into the call's stored stream. A
 //! client that resumes that stream with `Last-Event-ID` receives them like any other events.
 
+use std::time::Duration;
+
 use durable_shared::TaskInfo;
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 use rmcp::model::ServerResult;
 
@@ -18,9 +23,34 @@ use crate::engine::{Engine, EngineError};
 use crate::streams::{BINDING_META_KEY, StreamStore};
 use crate::streams::{CallBinding, NewEvent, StoreError};
 
-/// Starts a relay for every call left unanswered by a previous process.
-pub async fn resume_orphaned_calls(engine: Engine, streams: StreamStore) {
-    let bindings = match streams.orphaned_bindings().await {
+/// How often a node of a fleet looks for calls whose handler died with another node.
+const ADOPT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Finishes the calls left unanswered by dead processes: those found now and, on a database
+/// other nodes share, those of nodes that die later, until `shutdown`.
+pub async fn relay_orphaned_calls(
+    engine: Engine,
+    streams: StreamStore,
+    shutdown: CancellationToken,
+) {
+    adopt_orphaned_calls(&engine, &streams).await;
+    if !streams.is_shared() {
+        return;
+    }
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(ADOPT_INTERVAL) => {}
+            }
+            adopt_orphaned_calls(&engine, &streams).await;
+        }
+    });
+}
+
+/// Adopts the calls whose handler died and starts a relay for each.
+async fn adopt_orphaned_calls(engine: &Engine, streams: &StreamStore) {
+    let bindings = match streams.adopt_orphaned_bindings().await {
         Ok(bindings) => bindings,
         Err(e) => {
             tracing::error!(error = %e, "cannot read interrupted tool calls");

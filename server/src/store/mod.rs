@@ -228,8 +228,15 @@ pub trait StreamRepo: Send + Sync {
     /// (`instance`).
     async fn insert_binding(&self, binding: CallBinding, instance: &str) -> Result<(), StoreError>;
 
-    /// Open bindings made by processes other than `instance`: calls whose handler died.
-    async fn orphaned_bindings(&self, instance: &str) -> Result<Vec<CallBinding>, StoreError>;
+    /// Makes `instance` the handler of every open binding whose own handler died, and returns
+    /// them: at most one process adopts each. On SQLite every other process is dead (one
+    /// process owns the file); on PostgreSQL, one whose [`StreamRepo::keep_alive`] lapsed.
+    async fn adopt_orphaned_bindings(&self, instance: &str)
+    -> Result<Vec<CallBinding>, StoreError>;
+
+    /// Announces that process `instance` is alive for `ttl` more (see
+    /// [`StreamRepo::adopt_orphaned_bindings`]).
+    async fn keep_alive(&self, instance: &str, ttl: Duration) -> Result<(), StoreError>;
 
     /// Marks the binding's call as answered.
     async fn finish_binding(&self, id: &str) -> Result<(), StoreError>;

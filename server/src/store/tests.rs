@@ -411,7 +411,7 @@ contract! {
         assert_eq!(store.load_session("kept").await.unwrap().as_deref(), Some("{}"));
         assert!(store.event_exists(&tokens[1], 1).await.unwrap());
         assert_eq!(store.subscriptions("kept").await.unwrap(), ["task://list"]);
-        let orphaned = store.orphaned_bindings("this-process").await.unwrap();
+        let orphaned = store.adopt_orphaned_bindings("this-process").await.unwrap();
         assert_eq!(orphaned.iter().map(|b| b.id.as_str()).collect::<Vec<_>>(), ["kept-call"]);
     }
 }
@@ -496,5 +496,52 @@ contract! {
             None => assert_eq!((released, claimed.is_some()), (1, true)),
             Some(_) => assert_eq!((released, claimed.is_some()), (0, false)),
         }
+    }
+}
+
+contract! {
+    /// An open binding whose handler died is adopted by one process; one whose handler is
+    /// alive (on PostgreSQL, where other processes may be) is left alone.
+    async fn orphaned_calls_are_adopted_once(fx) {
+        let store = fx.with_tasks(&["t"]).await;
+        let binding = |id: &str| CallBinding {
+            id: id.into(),
+            task_id: "t".into(),
+            session_id: "s".into(),
+            request_id: "1".into(),
+            progress_token: "1".into(),
+            stream_id: None,
+        };
+        store.keep_alive("alive", std::time::Duration::from_secs(600)).await.unwrap();
+        store.insert_binding(binding("of-the-dead"), "dead").await.unwrap();
+        store.insert_binding(binding("of-the-living"), "alive").await.unwrap();
+        let (first, second) = tokio::join!(
+            store.adopt_orphaned_bindings("one"),
+            store.adopt_orphaned_bindings("two"),
+        );
+        let mut adopted: Vec<String> = first
+            .unwrap()
+            .into_iter()
+            .chain(second.unwrap())
+            .map(|b| b.id)
+            .collect();
+        adopted.sort();
+        adopted.dedup();
+        let expected: &[&str] = match store.changes() {
+            // One process per file: "alive" is a previous process, so dead too.
+            None => &["of-the-dead", "of-the-living"],
+            Some(_) => &["of-the-dead"],
+        };
+        assert_eq!(adopted, expected);
+        store.finish_binding("of-the-dead").await.unwrap();
+        assert!(
+            store
+                .adopt_orphaned_bindings("three")
+                .await
+                .unwrap()
+                .iter()
+                .all(|b| b.id != "of-the-dead"),
+            "an answered call is nobody's to finish"
+        );
     }
 }

@@ -22,13 +22,13 @@ use rmcp::transport::streamable_http_server::session::{
     EventId as RmcpEventId, EventStore, EventStoreError, EventStream, SessionState, SessionStore,
     SessionStoreError,
 };
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Notify, broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
 pub use durable_shared::EventId;
 
 pub use crate::store::{CallBinding, NewEvent, StoreError, StreamInfo};
-use crate::store::{Store, StoredEvent};
+use crate::store::{Change, Store, StoredEvent};
 
 /// Key in a progress notification's `_meta` naming the call binding it belongs to: how the store
 /// learns which stream a durable tool call answers on.
@@ -59,7 +59,7 @@ pub fn wants_priming(version: &str) -> bool {
     version >= ProtocolVersion::V_2025_11_25.as_str()
 }
 
-/// The SQLite-backed event and session store. Cheap to clone.
+/// The event and session store, on the server's database. Cheap to clone.
 #[derive(Clone)]
 pub struct StreamStore {
     inner: Arc<Inner>,
@@ -83,7 +83,8 @@ struct Inner {
 
 impl StreamStore {
     pub fn new(store: Store, shutdown: CancellationToken) -> Self {
-        StreamStore {
+        let changes = store.changes();
+        let streams = StreamStore {
             inner: Arc::new(Inner {
                 store,
                 notifiers: Mutex::default(),
@@ -93,6 +94,58 @@ impl StreamStore {
                 instance: uuid::Uuid::new_v4().to_string(),
                 shutdown,
             }),
+        };
+        if let Some(changes) = changes {
+            tokio::spawn(streams.clone().follow_other_nodes(changes));
+        }
+        streams
+    }
+
+    /// Wakes this process's tails of the streams other nodes append to; all of them when
+    /// appends may have been missed (each re-reads the store).
+    async fn follow_other_nodes(self, mut changes: broadcast::Receiver<Change>) {
+        loop {
+            let change = tokio::select! {
+                _ = self.inner.shutdown.cancelled() => return,
+                change = changes.recv() => change,
+            };
+            match change {
+                Ok(Change::Stream { token }) => self.wake(&token),
+                Ok(Change::Task { .. }) => {}
+                Ok(Change::Resync) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                    let notifiers: Vec<Arc<Notify>> = self
+                        .inner
+                        .notifiers
+                        .lock()
+                        .expect("notifiers lock")
+                        .values()
+                        .filter_map(Weak::upgrade)
+                        .collect();
+                    for notify in notifiers {
+                        notify.notify_waiters();
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    }
+
+    /// Whether other processes (a fleet's nodes) write to the same database.
+    pub fn is_shared(&self) -> bool {
+        self.inner.store.changes().is_some()
+    }
+
+    /// Wakes the tails of stream `token` in this process.
+    fn wake(&self, token: &str) {
+        let notify = self
+            .inner
+            .notifiers
+            .lock()
+            .expect("notifiers lock")
+            .get(token)
+            .and_then(Weak::upgrade);
+        if let Some(notify) = notify {
+            notify.notify_waiters();
         }
     }
 
@@ -133,12 +186,40 @@ impl StreamStore {
         self.inner.store.finish_binding(id).await
     }
 
-    /// Unfinished calls of other (dead) processes of this server.
-    pub async fn orphaned_bindings(&self) -> Result<Vec<CallBinding>, StoreError> {
+    /// Unfinished calls whose handler died with its process, now this process's to finish.
+    pub async fn adopt_orphaned_bindings(&self) -> Result<Vec<CallBinding>, StoreError> {
         self.inner
             .store
-            .orphaned_bindings(&self.inner.instance)
+            .adopt_orphaned_bindings(&self.inner.instance)
             .await
+    }
+
+    /// Announces that this process is alive (and the handler of its calls) for `ttl`, and
+    /// again every third of it until shutdown, on a database other processes share.
+    pub async fn keep_alive(&self, ttl: Duration) -> Result<(), StoreError> {
+        let store = &self.inner.store;
+        store.keep_alive(&self.inner.instance, ttl).await?;
+        if store.changes().is_none() {
+            return Ok(());
+        }
+        let streams = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = streams.inner.shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(ttl / 3) => {}
+                }
+                if let Err(e) = streams
+                    .inner
+                    .store
+                    .keep_alive(&streams.inner.instance, ttl)
+                    .await
+                {
+                    tracing::warn!(error = %e, "cannot announce this process alive; retrying");
+                }
+            }
+        });
+        Ok(())
     }
 
     /// Stores a session's resource subscription (or its removal), so it survives a restart.
@@ -174,16 +255,7 @@ impl StreamStore {
     /// Appends `event` to its stream, wakes the stream's tails and returns the event's id.
     pub async fn append(&self, event: NewEvent) -> Result<EventId, crate::store::StoreError> {
         let (token, seq) = self.inner.store.append_event(event).await?;
-        let notify = self
-            .inner
-            .notifiers
-            .lock()
-            .expect("notifiers lock")
-            .get(&token)
-            .and_then(Weak::upgrade);
-        if let Some(notify) = notify {
-            notify.notify_waiters();
-        }
+        self.wake(&token);
         Ok(EventId { token, seq })
     }
 

@@ -92,6 +92,13 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX call_bindings_open ON call_bindings (instance) WHERE NOT done;
     CREATE INDEX call_bindings_by_session ON call_bindings (session_id);
 
+    -- The server processes alive, renewed while they run: an open call binding whose
+    -- instance is not here (or expired) lost its handler.
+    CREATE TABLE instances (
+        id         TEXT PRIMARY KEY,
+        expires_at BIGINT NOT NULL
+    );
+
     CREATE TABLE subscriptions (
         session_id TEXT NOT NULL,
         uri        TEXT NOT NULL,

@@ -1,5 +1,7 @@
 //! [`StreamRepo`] on PostgreSQL: the `streams`, `events` and `call_bindings` tables.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use tokio_postgres::Row;
 
@@ -155,16 +157,39 @@ impl StreamRepo for Postgres {
         Ok(())
     }
 
-    async fn orphaned_bindings(&self, instance: &str) -> Result<Vec<CallBinding>, StoreError> {
+    async fn adopt_orphaned_bindings(
+        &self,
+        instance: &str,
+    ) -> Result<Vec<CallBinding>, StoreError> {
+        // The row lock taken by the update makes a concurrent adopter re-check the condition
+        // against this one's (live) instance, so each binding is adopted once.
         self.query(
-            "SELECT b.id, b.task_id, b.session_id, b.request_id, b.progress_token, \
-             s.stream_id FROM call_bindings b \
-             LEFT JOIN streams s ON s.token = b.stream_token \
-             WHERE NOT b.done AND b.instance != $1",
+            "UPDATE call_bindings b SET instance = $1 WHERE NOT b.done AND b.instance != $1 \
+             AND NOT EXISTS (SELECT 1 FROM instances i \
+               WHERE i.id = b.instance AND i.expires_at >= durable_now_ms()) \
+             RETURNING b.id, b.task_id, b.session_id, b.request_id, b.progress_token, \
+             (SELECT stream_id FROM streams s WHERE s.token = b.stream_token)",
             &[&instance],
             read_binding,
         )
         .await
+    }
+
+    async fn keep_alive(&self, instance: &str, ttl: Duration) -> Result<(), StoreError> {
+        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        self.execute(
+            "INSERT INTO instances (id, expires_at) VALUES ($1, durable_now_ms() + $2) \
+             ON CONFLICT (id) DO UPDATE SET expires_at = EXCLUDED.expires_at",
+            &[&instance, &ttl_ms],
+        )
+        .await?;
+        // Instances that stopped a day ago have no open binding left to prove dead.
+        self.execute(
+            "DELETE FROM instances WHERE expires_at < durable_now_ms() - 86400000",
+            &[],
+        )
+        .await?;
+        Ok(())
     }
 
     async fn finish_binding(&self, id: &str) -> Result<(), StoreError> {

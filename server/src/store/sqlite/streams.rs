@@ -1,5 +1,7 @@
 //! [`StreamRepo`] on SQLite: the `streams`, `events` and `call_bindings` tables.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -176,14 +178,16 @@ impl StreamRepo for Sqlite {
     }
 
     /// Unfinished bindings made by other processes: calls whose handler died with its process.
-    async fn orphaned_bindings(&self, instance: &str) -> Result<Vec<CallBinding>, StoreError> {
+    async fn adopt_orphaned_bindings(
+        &self,
+        instance: &str,
+    ) -> Result<Vec<CallBinding>, StoreError> {
         let instance = instance.to_owned();
-        self.read(move |conn| {
-            let mut stmt = conn.prepare(
-                "SELECT b.id, b.task_id, b.session_id, b.request_id, b.progress_token, \
-                 s.stream_id FROM call_bindings b \
-                 LEFT JOIN streams s ON s.token = b.stream_token \
-                 WHERE b.done = 0 AND b.instance != ?1",
+        self.write(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "UPDATE call_bindings SET instance = ?1 WHERE done = 0 AND instance != ?1 \
+                 RETURNING id, task_id, session_id, request_id, progress_token, \
+                 (SELECT stream_id FROM streams WHERE token = stream_token)",
             )?;
             let rows = stmt.query_map([instance], |row| {
                 Ok(CallBinding {
@@ -200,7 +204,12 @@ impl StreamRepo for Sqlite {
         .await
     }
 
-    /// Records that a binding's call got its final answer.
+    async fn keep_alive(&self, _instance: &str, _ttl: Duration) -> Result<(), StoreError> {
+        // One process owns the file: every other instance is dead, so none needs to prove it
+        // is alive.
+        Ok(())
+    }
+
     async fn finish_binding(&self, id: &str) -> Result<(), StoreError> {
         let id = id.to_owned();
         self.write(move |conn| {
