@@ -155,3 +155,37 @@ async fn start_balancer(dir: &Path, nodes: &[Server]) -> (Child, SocketAddr) {
         std::fs::read_to_string(dir.join("haproxy.log")).unwrap_or_default()
     );
 }
+
+/// The `host:port` a `postgres://` URL points at (127.0.0.1:5432 when it names none).
+pub fn database_addr(url: &str) -> SocketAddr {
+    let (start, end) = authority(url);
+    let host_port = &url[start..end];
+    let host_port = host_port.rsplit_once('@').map_or(host_port, |(_, hp)| hp);
+    let with_port = if host_port.contains(':') {
+        host_port.to_owned()
+    } else {
+        format!("{host_port}:5432")
+    };
+    let with_port = with_port.replace("localhost", "127.0.0.1");
+    with_port
+        .parse()
+        .unwrap_or_else(|e| panic!("{with_port:?} in the database URL is not an address: {e}"))
+}
+
+/// `url` pointed at `addr` instead of its own host and port (to go through a proxy).
+pub fn through(url: &str, addr: SocketAddr) -> String {
+    let (start, end) = authority(url);
+    let user = url[start..end]
+        .rsplit_once('@')
+        .map_or(String::new(), |(user, _)| format!("{user}@"));
+    format!("{}{user}{addr}{}", &url[..start], &url[end..])
+}
+
+/// Where the authority (`user@host:port`) of `url` starts and ends.
+fn authority(url: &str) -> (usize, usize) {
+    let start = url.find("://").expect("a postgres:// URL") + 3;
+    let end = url[start..]
+        .find(['/', '?'])
+        .map_or(url.len(), |i| start + i);
+    (start, end)
+}

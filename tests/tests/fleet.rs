@@ -7,10 +7,12 @@
 
 use std::time::Duration;
 
+use durable_mcp_server::store::postgres::scratch::ScratchDatabase;
 use durable_shared::{TaskInfo, TaskStatus};
-use durable_tests::fleet::{Fleet, LEASE_TTL};
+use durable_tests::fleet::{Fleet, LEASE_TTL, database_addr, through};
+use durable_tests::proxy::Proxy;
 use durable_tests::{Client, IO_TIMEOUT, Server, eventually, states, wait_progress, within};
-use rmcp::model::{CallToolRequestParams, SubscribeRequestParams};
+use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams, SubscribeRequestParams};
 use serde_json::{Value, json};
 
 const TASK_LIMIT: Duration = Duration::from_secs(120);
@@ -304,4 +306,131 @@ async fn a_call_whose_node_dies_is_finished_by_another_through_the_balancer() {
     assert_eq!(baseline["value_sum"], answer["value_sum"]);
     assert_eq!(baseline["records"], answer["records"]);
     watcher.close().await;
+}
+
+/// A node whose connection to PostgreSQL is cut again and again while it runs tasks (a TCP
+/// proxy in front of the database drops every connection every few seconds): it answers while
+/// cut off, reconnects by itself, applies no step twice, and every task ends with exactly the
+/// result of an uninterrupted run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cut_off_from_its_database_again_and_again_loses_nothing() {
+    let migration = json!({"source_path": "sample:customers", "destination_path": "out/customers.jsonl", "record_count": 2000});
+    let batch = json!({"batch_size": 100, "total_items": 4000, "processing_delay": 1});
+    let scale = "0.1";
+    let baselines = async {
+        tokio::join!(
+            uninterrupted(scale, "start_data_migration", &migration),
+            uninterrupted(scale, "start_batch_processing", &batch),
+        )
+    };
+    let cut_run = async {
+        let dir = tempfile::tempdir().unwrap();
+        let database = ScratchDatabase::from_env()
+            .await
+            .expect("fleet tests need DURABLE_MCP_TEST_POSTGRES")
+            .unwrap();
+        let proxy = Proxy::start(database_addr(database.url())).await;
+        let proxied = through(database.url(), proxy.addr);
+        let ttl = format!("{}s", LEASE_TTL.as_secs());
+        let node = Server::start_node(
+            dir.path(),
+            &proxied,
+            &dir.path().join("data"),
+            "cut-node",
+            &["--time-scale", scale, "--lease-ttl", &ttl],
+        )
+        .await;
+        let client = Client::connect(&node.mcp_url(), Some("cut-test")).await;
+        let mut ids = Vec::new();
+        for (tool, args) in [
+            ("start_data_migration", &migration),
+            ("start_batch_processing", &batch),
+        ] {
+            ids.push(
+                client.call_ok(tool, args.clone()).await["task_id"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+            );
+        }
+        let mut cuts = 0;
+        let mut refused_while_cut = 0;
+        let finished = within(TASK_LIMIT, "the tasks to finish across cuts", async {
+            loop {
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                proxy.cut();
+                cuts += 1;
+                // Cut off, the node still answers, with an error, not a hang.
+                let read = tokio::time::timeout(
+                    IO_TIMEOUT,
+                    client
+                        .service
+                        .read_resource(ReadResourceRequestParams::new(format!(
+                            "task://status/{}",
+                            ids[0]
+                        ))),
+                )
+                .await
+                .expect("a node cut off from its database answers");
+                if read.is_err() {
+                    refused_while_cut += 1;
+                }
+                tokio::time::sleep(Duration::from_millis(700)).await;
+                proxy.restore();
+                let mut done = Vec::new();
+                for id in &ids {
+                    // Reconnecting may take a moment: an error here is retried next round.
+                    if let Ok(Ok(read)) = tokio::time::timeout(
+                        IO_TIMEOUT,
+                        client
+                            .service
+                            .read_resource(ReadResourceRequestParams::new(format!(
+                                "task://status/{id}"
+                            ))),
+                    )
+                    .await
+                    {
+                        let rmcp::model::ResourceContents::TextResourceContents { text, .. } =
+                            &read.contents[0]
+                        else {
+                            panic!("task status is text");
+                        };
+                        let task: TaskInfo = serde_json::from_str(text).unwrap();
+                        if task.status.is_terminal() {
+                            done.push(task);
+                        }
+                    }
+                }
+                if done.len() == ids.len() {
+                    return done;
+                }
+            }
+        })
+        .await;
+        assert!(
+            cuts >= 3,
+            "the run outlasted only {cuts} cuts; make the tasks longer"
+        );
+        assert!(refused_while_cut > 0, "no request ever met the cut");
+        let written = std::fs::read(dir.path().join("data/out/customers.jsonl")).unwrap();
+        client.close().await;
+        (finished, written, node, dir, database)
+    };
+    let ((migration_clean, batch_clean), (finished, written, node, _dir, _database)) =
+        tokio::join!(baselines, cut_run);
+    for (task, clean) in finished.iter().zip([&migration_clean.2, &batch_clean.2]) {
+        assert_eq!(
+            task.status,
+            TaskStatus::Completed,
+            "{task:?}\n{}",
+            node.log()
+        );
+        assert_eq!(task.result_data, clean.result_data);
+        assert_eq!(task.step, clean.step, "one commit per step");
+    }
+    let expected = std::fs::read(migration_clean.1.data_path("out/customers.jsonl")).unwrap();
+    assert!(
+        written == expected,
+        "the migrated file differs from an uninterrupted run's"
+    );
 }

@@ -48,6 +48,11 @@ pub enum ApiError {
     Store(#[from] StoreError),
 }
 
+/// What a client is told while the database cannot be reached (a fleet node cut off from
+/// PostgreSQL): nothing it sent was lost, and it can retry.
+const UNREACHABLE: &str = "the database is unreachable right now; the server reconnects by \
+                           itself: retry shortly";
+
 impl ApiError {
     pub fn invalid(message: impl Into<String>) -> Self {
         ApiError::InvalidParams(ParamError::general(message))
@@ -57,6 +62,7 @@ impl ApiError {
     pub fn http_status(&self) -> StatusCode {
         match self {
             ApiError::Http { status, .. } => *status,
+            ApiError::Store(e) if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::NotFound(_) | ApiError::ResourceNotFound(_) => StatusCode::NOT_FOUND,
@@ -97,6 +103,10 @@ impl From<ApiError> for McpError {
                 McpError::invalid_request(message, None)
             }
             ApiError::Unavailable(message) => McpError::internal_error(message, None),
+            ApiError::Store(e) if e.is_unavailable() => {
+                tracing::warn!(error = %e, "the database is unreachable");
+                McpError::internal_error(UNREACHABLE, None)
+            }
             ApiError::Store(e) => {
                 // The whole chain: a failed group commit carries its SQLite cause as a source.
                 let chain: Vec<String> =
@@ -188,6 +198,19 @@ mod tests {
         let rpc = error.into_tool_result().unwrap_err();
         assert_eq!(rpc.code, ErrorCode::INTERNAL_ERROR);
         assert!(!rpc.message.contains("shut down"), "{}", rpc.message);
+    }
+
+    /// A node cut off from its database answers 503 and tells the client to retry, instead of
+    /// reporting an internal error.
+    #[test]
+    fn an_unreachable_database_is_a_retryable_unavailability() {
+        let timeout = deadpool_postgres::PoolError::Timeout(deadpool_postgres::TimeoutType::Wait);
+        let error = ApiError::Store(StoreError::Pool(timeout));
+        assert_eq!(error.http_status(), StatusCode::SERVICE_UNAVAILABLE);
+        let error = McpError::from(error);
+        assert!(error.message.contains("unreachable"), "{}", error.message);
+        let corrupt = ApiError::Store(StoreError::Corrupt("x".into()));
+        assert_eq!(corrupt.http_status(), StatusCode::INTERNAL_SERVER_ERROR);
     }
 
     #[test]

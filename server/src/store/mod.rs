@@ -81,6 +81,23 @@ impl Claimant {
     }
 }
 
+impl StoreError {
+    /// Whether the database could not be reached (a connection refused, cut or timed out), as
+    /// opposed to refusing the request: the caller may retry once it is back.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            StoreError::Pool(_) => true,
+            StoreError::Postgres(e) => {
+                e.is_closed()
+                    || std::error::Error::source(e)
+                        .is_some_and(|cause| cause.is::<std::io::Error>())
+            }
+            StoreError::Commit(cause) => cause.is_unavailable(),
+            _ => false,
+        }
+    }
+}
+
 /// Which database the server keeps its state in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Database {
