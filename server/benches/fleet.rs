@@ -121,34 +121,30 @@ impl Nodes {
 
 /// Instant tasks started per second: every session keeps `IN_FLIGHT` starts going.
 async fn starts_per_second(sessions: &[Session]) -> f64 {
+    // JSON-RPC ids must not repeat among a session's requests in flight.
+    let ids = Arc::new(AtomicU64::new(1));
     let counted = Arc::new(AtomicU64::new(0));
-    let counting = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let deadline = Instant::now() + WARM_UP + MEASURED;
-    let workers = sessions.iter().flat_map(|session| {
-        (0..IN_FLIGHT).map({
-            let (counted, counting) = (counted.clone(), counting.clone());
-            move |_| {
-                let (session, counted, counting) =
-                    (session.clone(), counted.clone(), counting.clone());
-                async move {
-                    let mut id = 0;
-                    while Instant::now() < deadline {
-                        id += 1;
-                        call(&session, instant_start(id)).await;
-                        if counting.load(Ordering::Relaxed) {
-                            counted.fetch_add(1, Ordering::Relaxed);
-                        }
+    let counting_from = Instant::now() + WARM_UP;
+    let deadline = counting_from + MEASURED;
+    let workers: Vec<_> = sessions
+        .iter()
+        .flat_map(|session| std::iter::repeat_n(session, IN_FLIGHT))
+        .map(|session| {
+            let (session, ids, counted) = (session.clone(), ids.clone(), counted.clone());
+            tokio::spawn(async move {
+                while Instant::now() < deadline {
+                    call(&session, instant_start(ids.fetch_add(1, Ordering::Relaxed))).await;
+                    let now = Instant::now();
+                    if now >= counting_from && now < deadline {
+                        counted.fetch_add(1, Ordering::Relaxed);
                     }
                 }
-            }
+            })
         })
-    });
-    let load = futures::future::join_all(workers);
-    let window = async {
-        tokio::time::sleep(WARM_UP).await;
-        counting.store(true, Ordering::Relaxed);
-    };
-    tokio::join!(load, window);
+        .collect();
+    for worker in workers {
+        worker.await.expect("load worker");
+    }
     counted.load(Ordering::Relaxed) as f64 / MEASURED.as_secs_f64()
 }
 
@@ -161,7 +157,7 @@ async fn steps_per_second(sessions: &[Session]) -> f64 {
             &sessions[n % sessions.len()],
             json!({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {
                    "name": "start_batch_processing",
-                   "arguments": {"batch_size": 1, "total_items": 10_000_000, "processing_delay": 0}}}),
+                   "arguments": {"batch_size": 1, "total_items": 1_000_000, "processing_delay": 0}}}),
         )
         .await;
         ids.push(
