@@ -415,6 +415,14 @@ pub struct Client {
 impl Client {
     /// Connects to `url`, sending `X-Client-Id: client_id` when given.
     pub async fn connect(url: &str, client_id: Option<&str>) -> Client {
+        Client::try_connect(url, client_id)
+            .await
+            .expect("MCP initialize")
+    }
+
+    /// Connects like [`Client::connect`], or `None` when initialize fails or times out (a
+    /// server being killed under it).
+    pub async fn try_connect(url: &str, client_id: Option<&str>) -> Option<Client> {
         let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
         if let Some(id) = client_id {
             let mut headers = std::collections::HashMap::new();
@@ -426,10 +434,11 @@ impl Client {
         }
         let transport = StreamableHttpClientTransport::from_config(config);
         let recorder = Recorder::default();
-        let service = within(IO_TIMEOUT, "initialize", recorder.clone().serve(transport))
+        let service = tokio::time::timeout(IO_TIMEOUT, recorder.clone().serve(transport))
             .await
-            .expect("MCP initialize");
-        Client { service, recorder }
+            .ok()?
+            .ok()?;
+        Some(Client { service, recorder })
     }
 
     /// Every notification received so far.

@@ -434,3 +434,152 @@ async fn a_node_cut_off_from_its_database_again_and_again_loses_nothing() {
         "the migrated file differs from an uninterrupted run's"
     );
 }
+
+/// The state of task `id` through `url`, or `None` when the request failed (its node died
+/// under it): the caller asks again.
+async fn task_state(url: &str, id: &str) -> Option<TaskInfo> {
+    let attempt = async {
+        let client = Client::try_connect(url, Some("kill-loop")).await?;
+        let read = client
+            .service
+            .read_resource(ReadResourceRequestParams::new(format!(
+                "task://status/{id}"
+            )))
+            .await
+            .ok();
+        client.close().await;
+        let rmcp::model::ResourceContents::TextResourceContents { text, .. } = &read?.contents[0]
+        else {
+            return None;
+        };
+        serde_json::from_str(text).ok()
+    };
+    tokio::time::timeout(IO_TIMEOUT, attempt)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// A small deterministic generator, so that a failing run's kill order can be replayed.
+fn next(seed: &mut u64) -> u64 {
+    *seed = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    *seed >> 33
+}
+
+/// Twenty times, a random node of the fleet is SIGKILLed and restarted (never all down) while
+/// tasks of every background kind run: no task is lost or duplicated, and each ends with
+/// exactly the result of a single-node run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_loop_over_the_fleet_loses_and_repeats_nothing() {
+    let scale = "0.1";
+    let jobs: Vec<(&str, Value)> = vec![
+        (
+            "start_data_migration",
+            json!({"source_path": "sample:customers", "destination_path": "out/a.jsonl", "record_count": 2000}),
+        ),
+        (
+            "start_data_migration",
+            json!({"source_path": "sample:customers", "destination_path": "out/b.jsonl", "record_count": 1500}),
+        ),
+        (
+            "start_batch_processing",
+            json!({"batch_size": 100, "total_items": 3000, "processing_delay": 5}),
+        ),
+        (
+            "start_batch_processing",
+            json!({"batch_size": 50, "total_items": 2000, "processing_delay": 4}),
+        ),
+        (
+            "start_ml_training",
+            json!({"model_name": "loop-a", "dataset_size": 1000, "epochs": 30}),
+        ),
+        (
+            "start_ml_training",
+            json!({"model_name": "loop-b", "dataset_size": 800, "epochs": 25}),
+        ),
+    ];
+    let baselines = futures::future::join_all(
+        jobs.iter()
+            .map(|(tool, args)| uninterrupted("0.01", tool, args)),
+    );
+    let fleet_run = async {
+        let dir = tempfile::tempdir().unwrap();
+        let mut fleet = Fleet::start(dir.path(), 3, &["--time-scale", scale]).await;
+        let starter = Client::connect(&fleet.mcp_url(), Some("kill-loop")).await;
+        let mut ids = Vec::new();
+        for (tool, args) in &jobs {
+            ids.push(
+                starter.call_ok(tool, args.clone()).await["task_id"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+            );
+        }
+        starter.close().await;
+        let mut seed = 0x5eed_u64;
+        for _ in 0..20 {
+            let victim = (next(&mut seed) % 3) as usize;
+            fleet.nodes[victim].kill9().await;
+            tokio::time::sleep(Duration::from_millis(200 + next(&mut seed) % 400)).await;
+            fleet.nodes[victim].restart().await;
+            tokio::time::sleep(Duration::from_millis(300 + next(&mut seed) % 700)).await;
+        }
+        let url = fleet.mcp_url();
+        let finished = within(
+            TASK_LIMIT,
+            "every task to finish after the kill loop",
+            async {
+                let mut finished = vec![None; ids.len()];
+                while finished.iter().any(Option::is_none) {
+                    for (slot, id) in finished.iter_mut().zip(&ids) {
+                        if slot.is_none()
+                            && let Some(task) = task_state(&url, id).await
+                            && task.status.is_terminal()
+                        {
+                            *slot = Some(task);
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                finished.into_iter().map(Option::unwrap).collect::<Vec<_>>()
+            },
+        )
+        .await;
+        let lister = Client::connect(&url, Some("kill-loop")).await;
+        let listed = lister.read("task://list").await;
+        lister.close().await;
+        (dir, fleet, finished, listed)
+    };
+    let (clean, (_dir, fleet, finished, listed)) = tokio::join!(baselines, fleet_run);
+    let listed = listed["tasks"].as_array().unwrap().len();
+    assert_eq!(listed, jobs.len(), "no task lost, none duplicated");
+    let logs = fleet.logs();
+    let runs = logs
+        .lines()
+        .filter(|line| line.contains("worker running"))
+        .count();
+    assert!(
+        runs > jobs.len(),
+        "the kills interrupted no task ({runs} worker starts); make the tasks longer"
+    );
+    for (task, (_, _, clean)) in finished.iter().zip(&clean) {
+        assert_eq!(
+            task.status,
+            TaskStatus::Completed,
+            "{task:?}\n{}",
+            fleet.logs()
+        );
+        assert_eq!(task.result_data, clean.result_data, "{}", task.kind);
+        assert_eq!(task.step, clean.step, "one commit per step: {}", task.kind);
+    }
+    for (file, (_, server, _)) in ["out/a.jsonl", "out/b.jsonl"].iter().zip(&clean) {
+        let written = std::fs::read(fleet.data_path(file)).unwrap();
+        let expected = std::fs::read(server.data_path(file)).unwrap();
+        assert!(
+            written == expected,
+            "{file} differs from a single-node run's"
+        );
+    }
+}
