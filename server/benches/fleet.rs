@@ -464,8 +464,13 @@ async fn replays(dir: &Path, admin_url: &str) {
 
 fn main() {
     let Ok(admin_url) = std::env::var(TEST_SERVER_VAR) else {
-        eprintln!("set {TEST_SERVER_VAR} to a PostgreSQL server whose role may create databases");
-        std::process::exit(2);
+        // `cargo bench` runs every bench; without a server this one has nothing to measure.
+        println!(
+            "fleet: skipped; set {TEST_SERVER_VAR} to a PostgreSQL server whose role may create \
+             databases (scripts/test's default: \
+             postgres://durable_test:durable_test@127.0.0.1:5432/postgres)"
+        );
+        return;
     };
     let dir = tempfile::tempdir().unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();
