@@ -24,9 +24,8 @@ use std::time::{Duration, Instant};
 use durable_mcp_server::store::Database;
 use durable_mcp_server::store::postgres::scratch::{ScratchDatabase, TEST_SERVER_VAR};
 use durable_mcp_server::streams::{NewEvent, StreamStore};
-use futures::StreamExt;
 use serde_json::{Value, json};
-use support::{Served, Session, serve};
+use support::{Served, Session, call, serve};
 use tokio::io::AsyncBufReadExt;
 use tokio_util::sync::CancellationToken;
 
@@ -47,27 +46,6 @@ fn instant_start(id: u64) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
            "name": "start_batch_processing",
            "arguments": {"batch_size": 1, "total_items": 1, "processing_delay": 0}}})
-}
-
-/// The JSON-RPC result in a POST's SSE reply, panicking on an error: a figure measured on
-/// failing requests would be meaningless.
-fn result(reply: &str) -> Value {
-    let message = reply
-        .split("\n\n")
-        .filter_map(durable_shared::sse::SseEvent::parse)
-        .find(|event| !event.is_priming())
-        .and_then(|event| serde_json::from_str::<Value>(&event.data).ok())
-        .unwrap_or_else(|| panic!("no JSON-RPC message in reply {reply:?}"));
-    let result = &message["result"];
-    assert!(
-        result.is_object() && result["isError"] != true,
-        "request failed: {message}"
-    );
-    result.clone()
-}
-
-async fn call(session: &Session, body: Value) -> Value {
-    result(&session.post(body).await)
 }
 
 async fn task(session: &Session, id: &str) -> Value {
@@ -420,29 +398,9 @@ async fn replay(database: Database, dir: &Path) -> f64 {
         append.await.unwrap();
     }
     let started = Instant::now();
-    let response = session
-        .http
-        .get(&served.url)
-        .header("Accept", "text/event-stream")
-        .header("Mcp-Session-Id", &session.session)
-        .header("MCP-Protocol-Version", "2025-11-25")
-        .header("Last-Event-ID", first.to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let mut body = response.bytes_stream();
-    let (mut received, mut pending) = (0, String::new());
-    while received < MISSED {
-        let chunk = body.next().await.expect("stream open").unwrap();
-        pending.push_str(&String::from_utf8_lossy(&chunk));
-        while let Some(end) = pending.find("\n\n") {
-            if pending[..end].contains("data: {") || pending[..end].contains("data:{") {
-                received += 1;
-            }
-            pending.drain(..end + 2);
-        }
-    }
+    session
+        .receive_replay(&first.to_string(), MISSED as usize)
+        .await;
     let elapsed = started.elapsed().as_secs_f64();
     served.stop().await;
     elapsed

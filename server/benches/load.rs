@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::{Value, json};
-use support::{Session, serve};
+use support::{Session, call, serve};
 
 mod support;
 
@@ -82,28 +82,6 @@ fn ping_request(id: u64) -> Value {
 
 fn read_request(id: u64, uri: &str) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "resources/read", "params": {"uri": uri}})
-}
-
-/// The JSON-RPC result in a POST's SSE reply, panicking on an error or a failed tool call:
-/// a figure measured on failing requests would be meaningless.
-fn result(reply: &str) -> Value {
-    let message = reply
-        .split("\n\n")
-        .filter_map(durable_shared::sse::SseEvent::parse)
-        .find(|event| !event.is_priming())
-        .and_then(|event| serde_json::from_str::<Value>(&event.data).ok())
-        .unwrap_or_else(|| panic!("no JSON-RPC message in reply {reply:?}"));
-    let result = &message["result"];
-    assert!(
-        result.is_object() && result["isError"] != true,
-        "request failed: {message}"
-    );
-    result.clone()
-}
-
-/// Posts `body` on `session` and checks that it succeeded.
-async fn call(session: &Session, body: Value) -> Value {
-    result(&session.post(body).await)
 }
 
 fn quantile(sorted: &[Duration], q: f64) -> Duration {

@@ -31,7 +31,6 @@ use std::time::Duration;
 
 use durable_mcp_server::store::{NewEvent, Store};
 use durable_mcp_server::streams::StreamStore;
-use futures::StreamExt;
 use serde_json::{Value, json};
 use support::{Session, serve};
 use tokio_util::sync::CancellationToken;
@@ -110,26 +109,7 @@ async fn replay(db: &std::path::Path, session: &Session) {
         writer.append(event(n)).await.unwrap();
     }
     profile_begin();
-    let response = session
-        .http
-        .get(&session.url)
-        .header("Accept", "text/event-stream")
-        .header("Mcp-Session-Id", &session.session)
-        .header("MCP-Protocol-Version", "2025-11-25")
-        .header("Last-Event-ID", first.to_string())
-        .send()
-        .await
-        .unwrap();
-    let mut body = response.bytes_stream();
-    let mut received = 0;
-    let mut pending = Vec::new();
-    while received < MISSED {
-        pending.extend_from_slice(&body.next().await.expect("stream open").unwrap());
-        while let Some(end) = pending.windows(2).position(|w| w == b"\n\n") {
-            received += usize::from(pending[..end].starts_with(b"data: {"));
-            pending.drain(..end + 2);
-        }
-    }
+    session.receive_replay(&first.to_string(), MISSED).await;
     profile_end();
 }
 

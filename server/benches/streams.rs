@@ -8,7 +8,6 @@ use std::time::Instant;
 
 use durable_mcp_server::store::{NewEvent, Store};
 use durable_mcp_server::streams::StreamStore;
-use futures::StreamExt;
 use serde_json::json;
 use support::{Session, serve};
 use tokio_util::sync::CancellationToken;
@@ -98,8 +97,8 @@ fn bare_replay(path: &std::path::Path, token: &str, after: u64) -> f64 {
 async fn http_replay(dir: &std::path::Path) -> (f64, String, u64) {
     let db = dir.join("http.db");
     let served = serve(support::config(&db, &dir.join("data"))).await;
-    let session = Session::open(served.url.clone()).await;
-    let (http, url, session) = (&session.http, &served.url, session.session.clone());
+    let client = Session::open(served.url.clone()).await;
+    let session = client.session.clone();
 
     // A second handle on the same database plays the part of the server's own writes.
     let writer = StreamStore::new(Store::open(&db).unwrap(), CancellationToken::new());
@@ -116,29 +115,7 @@ async fn http_replay(dir: &std::path::Path) -> (f64, String, u64) {
     }
 
     let started = Instant::now();
-    let response = http
-        .get(url)
-        .header("Accept", "text/event-stream")
-        .header("Mcp-Session-Id", &session)
-        .header("MCP-Protocol-Version", "2025-11-25")
-        .header("Last-Event-ID", first.to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let mut body = response.bytes_stream();
-    let mut received = 0;
-    let mut pending = String::new();
-    while received < MISSED {
-        let chunk = body.next().await.expect("stream open").unwrap();
-        pending.push_str(&String::from_utf8_lossy(&chunk));
-        while let Some(end) = pending.find("\n\n") {
-            if pending[..end].contains("data: {") || pending[..end].contains("data:{") {
-                received += 1;
-            }
-            pending.drain(..end + 2);
-        }
-    }
+    client.receive_replay(&first.to_string(), MISSED).await;
     let elapsed = started.elapsed().as_secs_f64();
     served.stop().await;
     (elapsed, first.token, first.seq)

@@ -23,7 +23,7 @@ use nix::unistd::Pid;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, LoggingMessageNotificationParam, NotificationMetaObject,
     ProgressNotificationParam, ProgressToken, ReadResourceRequestParams,
-    ResourceUpdatedNotificationParam,
+    ResourceUpdatedNotificationParam, SubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -566,6 +566,15 @@ impl Client {
             .await
     }
 
+    /// Subscribes to `uri` (`resources/subscribe`).
+    pub async fn subscribe(&self, uri: &str) {
+        #[allow(deprecated)] // deprecated for 2026-07-28; how 2025-11-25 clients follow a task
+        let params = SubscribeRequestParams::new(uri.to_owned());
+        within(IO_TIMEOUT, "subscribe", self.service.subscribe(params))
+            .await
+            .unwrap_or_else(|e| panic!("subscribing to {uri}: {e}"));
+    }
+
     pub async fn close(self) {
         let _ = within(IO_TIMEOUT, "client close", self.service.cancel()).await;
     }
@@ -661,4 +670,27 @@ pub async fn eventually<T>(client: &Client, what: &str, done: impl Fn() -> Optio
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// How long a task of the crash and fleet suites may take to finish.
+pub const TASK_LIMIT: Duration = Duration::from_secs(120);
+
+/// Runs `tool(args)` on a fresh server without interruption and returns the finished task,
+/// with the server (its data directory holds the task's files) and what keeps it alive: what
+/// an interrupted run's outcome is compared with.
+pub async fn uninterrupted(
+    scale: &str,
+    tool: &str,
+    args: &Value,
+) -> (tempfile::TempDir, Server, TaskInfo) {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let server = Server::start(dir.path(), &["--time-scale", scale]).await;
+    let client = Client::connect(&server.mcp_url(), Some("baseline")).await;
+    let started = client.call_ok(tool, args.clone()).await;
+    let task = client
+        .wait_terminal(started["task_id"].as_str().expect("a task id"), TASK_LIMIT)
+        .await;
+    client.close().await;
+    assert_eq!(task.status, TaskStatus::Completed, "{task:?}");
+    (dir, server, task)
 }

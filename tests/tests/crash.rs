@@ -5,29 +5,9 @@
 use std::time::Duration;
 
 use durable_shared::{TaskInfo, TaskStatus};
-use durable_tests::{Client, Server, wait_progress, within};
+use durable_tests::{Client, Server, TASK_LIMIT, uninterrupted, wait_progress, within};
 use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
-
-const TASK_LIMIT: Duration = Duration::from_secs(120);
-
-/// Runs `tool(args)` on a fresh server without interruption and returns the finished task.
-async fn uninterrupted(
-    scale: &str,
-    tool: &str,
-    args: &Value,
-) -> (tempfile::TempDir, Server, TaskInfo) {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &["--time-scale", scale]).await;
-    let client = Client::connect(&server.mcp_url(), Some("baseline")).await;
-    let started = client.call_ok(tool, args.clone()).await;
-    let task = client
-        .wait_terminal(started["task_id"].as_str().unwrap(), TASK_LIMIT)
-        .await;
-    client.close().await;
-    assert_eq!(task.status, TaskStatus::Completed, "{task:?}");
-    (dir, server, task)
-}
 
 /// Runs `tool(args)` and SIGKILLs the server once the task's progress reaches each of
 /// `kill_at`, restarting it each time; returns the finished task.

@@ -1,9 +1,8 @@
 //! A fleet: three nodes on one PostgreSQL database and one shared data directory, behind
 //! HAProxy. A node that dies mid-task is replaced by another, which finishes the task with
 //! exactly the result of an uninterrupted run; a subscriber on any node hears of every change
-//! of a task running on another.
-// resources/subscribe is deprecated for 2026-07-28 but is how 2025-11-25 clients follow a task.
-#![allow(deprecated)]
+//! of a task running on another; a node cut off from the database, and a kill loop over the
+//! whole fleet, lose and repeat nothing.
 
 use std::time::Duration;
 
@@ -11,29 +10,12 @@ use durable_mcp_server::store::postgres::scratch::ScratchDatabase;
 use durable_shared::{TaskInfo, TaskStatus};
 use durable_tests::fleet::{Fleet, LEASE_TTL, database_addr, through};
 use durable_tests::proxy::Proxy;
-use durable_tests::{Client, IO_TIMEOUT, Server, eventually, states, wait_progress, within};
-use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams, SubscribeRequestParams};
+use durable_tests::{
+    Client, IO_TIMEOUT, Server, TASK_LIMIT, eventually, states, uninterrupted, wait_progress,
+    within,
+};
+use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams};
 use serde_json::{Value, json};
-
-const TASK_LIMIT: Duration = Duration::from_secs(120);
-
-/// Runs `tool(args)` on a lone server without interruption and returns the finished task.
-async fn uninterrupted(
-    scale: &str,
-    tool: &str,
-    args: &Value,
-) -> (tempfile::TempDir, Server, TaskInfo) {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &["--time-scale", scale]).await;
-    let client = Client::connect(&server.mcp_url(), Some("baseline")).await;
-    let started = client.call_ok(tool, args.clone()).await;
-    let task = client
-        .wait_terminal(started["task_id"].as_str().unwrap(), TASK_LIMIT)
-        .await;
-    client.close().await;
-    assert_eq!(task.status, TaskStatus::Completed, "{task:?}");
-    (dir, server, task)
-}
 
 /// Waits until the task is advanced by a node other than `dead` and returns it.
 async fn taken_over(client: &Client, task_id: &str, dead: &str, fleet: &Fleet) -> TaskInfo {
@@ -148,18 +130,6 @@ async fn each_kind_finishes_on_another_node_when_its_node_is_killed() {
     );
 }
 
-async fn subscribe(client: &Client, uri: &str) {
-    within(
-        IO_TIMEOUT,
-        "subscribe",
-        client
-            .service
-            .subscribe(SubscribeRequestParams::new(uri.to_owned())),
-    )
-    .await
-    .unwrap();
-}
-
 /// The statuses `client` heard of for `uri`, consecutive repeats folded.
 fn statuses(client: &Client, uri: &str) -> Vec<TaskStatus> {
     let mut heard: Vec<TaskStatus> = states(client, uri).iter().map(|t| t.status).collect();
@@ -184,7 +154,7 @@ async fn a_subscriber_on_one_node_hears_every_change_of_a_task_on_another() {
         .await;
     let id = started["task_id"].as_str().unwrap().to_owned();
     let uri = format!("task://status/{id}");
-    subscribe(&listener, &uri).await;
+    listener.subscribe(&uri).await;
 
     let progressed = |min: u64| {
         let (listener, uri) = (&listener, uri.clone());

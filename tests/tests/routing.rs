@@ -9,22 +9,9 @@ use std::time::Duration;
 
 use durable_shared::{TASK_LIST_META_KEY, TaskInfo, TaskStatus};
 use durable_tests::{Client, IO_TIMEOUT, Note, Server, eventually, states, within};
-use rmcp::model::SubscribeRequestParams;
 use serde_json::json;
 
 const TASK_LIMIT: Duration = Duration::from_secs(60);
-
-async fn subscribe(client: &Client, uri: &str) {
-    within(
-        IO_TIMEOUT,
-        "subscribe",
-        client
-            .service
-            .subscribe(SubscribeRequestParams::new(uri.to_owned())),
-    )
-    .await
-    .unwrap();
-}
 
 fn resyncs(client: &Client) -> usize {
     client
@@ -56,7 +43,7 @@ async fn a_task_is_heard_of_by_its_subscribers_and_its_owner_only() {
     let subscriber = Client::connect(&url, Some("alice")).await;
     let owner_elsewhere = Client::connect(&url, Some("alice")).await;
     let stranger = Client::connect(&url, Some("bob")).await;
-    subscribe(&subscriber, "task://list").await;
+    subscriber.subscribe("task://list").await;
 
     let started = subscriber
         .call_ok(
@@ -120,7 +107,7 @@ async fn a_session_that_falls_behind_ends_with_the_current_state_of_every_task()
     )
     .await;
     let client = Client::connect(&server.mcp_url(), Some("flood")).await;
-    subscribe(&client, "task://list").await;
+    client.subscribe("task://list").await;
     let mut ids = Vec::new();
     for _ in 0..TASKS {
         let started = client

@@ -120,3 +120,57 @@ impl Session {
             .unwrap()
     }
 }
+
+/// The JSON-RPC result in a POST's SSE reply, panicking on an error or a failed tool call:
+/// a figure measured on failing requests would be meaningless.
+// Compiled into every bench, as is this whole module; not every bench calls tools.
+#[allow(dead_code)]
+fn result(reply: &str) -> Value {
+    let message = reply
+        .split("\n\n")
+        .filter_map(durable_shared::sse::SseEvent::parse)
+        .find(|event| !event.is_priming())
+        .and_then(|event| serde_json::from_str::<Value>(&event.data).ok())
+        .unwrap_or_else(|| panic!("no JSON-RPC message in reply {reply:?}"));
+    let result = &message["result"];
+    assert!(
+        result.is_object() && result["isError"] != true,
+        "request failed: {message}"
+    );
+    result.clone()
+}
+
+/// Posts `body` on `session` and checks that it succeeded.
+#[allow(dead_code)]
+pub async fn call(session: &Session, body: Value) -> Value {
+    result(&session.post(body).await)
+}
+
+impl Session {
+    /// Resumes the session's standalone stream after `last_event_id` and reads it until `count`
+    /// replayed messages have arrived (what a reconnecting client waits for).
+    #[allow(dead_code)] // not every bench replays
+    pub async fn receive_replay(&self, last_event_id: &str, count: usize) {
+        use futures::StreamExt;
+        let response = self
+            .http
+            .get(&self.url)
+            .header("Accept", "text/event-stream")
+            .header("Mcp-Session-Id", &self.session)
+            .header("MCP-Protocol-Version", "2025-11-25")
+            .header("Last-Event-ID", last_event_id)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let mut body = response.bytes_stream();
+        let (mut received, mut pending) = (0, Vec::new());
+        while received < count {
+            pending.extend_from_slice(&body.next().await.expect("stream open").unwrap());
+            while let Some(end) = pending.windows(2).position(|w| w == b"\n\n") {
+                received += usize::from(pending[..end].starts_with(b"data: {"));
+                pending.drain(..end + 2);
+            }
+        }
+    }
+}

@@ -76,7 +76,8 @@ macro_rules! contract {
     };
 }
 
-fn new_task(id: &str) -> NewTask {
+/// A pending task of kind `k`; the backends' own tests use it too.
+pub(super) fn new_task(id: &str) -> NewTask {
     NewTask {
         id: id.into(),
         kind: "k".into(),

@@ -460,25 +460,14 @@ fn insert(conn: &Connection, task: &NewTask) -> Result<(), StoreError> {
 #[cfg(test)]
 mod tests {
     use chrono::TimeZone;
-    use serde_json::json;
 
     use super::*;
+    use crate::store::tests::new_task;
 
     async fn store() -> (tempfile::TempDir, Sqlite) {
         let dir = tempfile::tempdir().unwrap();
         let store = Sqlite::open(&dir.path().join("t.db")).unwrap();
         (dir, store)
-    }
-
-    fn new_task(id: &str) -> NewTask {
-        NewTask {
-            id: id.into(),
-            kind: "k".into(),
-            owner: "o".into(),
-            params: json!({"n": 1}),
-            total: 10,
-            checkpoint: json!({"done": 0}),
-        }
     }
 
     #[tokio::test]
