@@ -294,7 +294,6 @@ async fn failover(dir: &Path, admin_url: &str) {
         nodes.push(spawn_node(&binary, scratch.url(), &format!("node-{n}"), &data).await);
     }
     let first = Session::open(nodes[0].url.clone()).await;
-    let observer = Session::open(nodes[1].url.clone()).await;
     // Steps of 50 ms: the task commits often, so its next step on another node shows at once.
     let started = call(
         &first,
@@ -309,6 +308,9 @@ async fn failover(dir: &Path, admin_url: &str) {
         .to_owned();
     let mut samples = Vec::new();
     for round in 0..3 {
+        // Every node is up at the start of a round (the one killed last was restarted on a new
+        // port), so any of them can be asked.
+        let observer = Session::open(nodes[round % 3].url.clone()).await;
         let before = loop {
             let info = task(&observer, &id).await;
             if info["status"] == "running" && info["step"].as_u64().unwrap() > 0 {
