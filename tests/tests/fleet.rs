@@ -10,6 +10,7 @@ use durable_mcp_server::store::postgres::scratch::ScratchDatabase;
 use durable_shared::{TaskInfo, TaskStatus};
 use durable_tests::fleet::{Fleet, LEASE_TTL, database_addr, through};
 use durable_tests::proxy::Proxy;
+use durable_tests::raw::{EventExt, RawSession, Sse};
 use durable_tests::{
     Client, IO_TIMEOUT, Server, TASK_LIMIT, eventually, states, uninterrupted, wait_progress,
     within,
@@ -552,4 +553,50 @@ async fn a_kill_loop_over_the_fleet_loses_and_repeats_nothing() {
             "{file} differs from a single-node run's"
         );
     }
+}
+
+/// An MCP task handle made through one node: the same session, following its stream on
+/// another node, hears the task's status changes there, and `tasks/get` answers anywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_handle_made_on_one_node_is_announced_on_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = Fleet::start(dir.path(), 3, &["--time-scale", "0.01"]).await;
+    let on = |n: usize| format!("http://{}/mcp", fleet.nodes[n].addr);
+    let session = RawSession::open(&on(0), "2025-11-25").await;
+    let mut elsewhere = session.reconnected();
+    elsewhere.url = on(1);
+    let mut notifications = Sse::new(elsewhere.get(None).await);
+    // A quarter of a second per step: the stream on node-1 is open long before the end.
+    let args = json!({"total_items": 8, "batch_size": 1, "processing_delay": 25});
+    let created = session
+        .call(
+            1,
+            "tools/call",
+            json!({"name": "run_batch_processing", "arguments": args, "task": {}}),
+        )
+        .await;
+    let task_id = created["task"]["taskId"].as_str().unwrap().to_owned();
+    let events = notifications
+        .until(IO_TIMEOUT, |message| {
+            message["method"] == "notifications/tasks/status"
+                && message["params"]["status"] == "completed"
+        })
+        .await;
+    let heard: Vec<Value> = events
+        .iter()
+        .filter(|event| !event.is_priming())
+        .map(|event| event.json())
+        .filter(|message| message["method"] == "notifications/tasks/status")
+        .collect();
+    assert!(
+        heard.last().is_some_and(
+            |m| m["params"]["status"] == "completed" && m["params"]["taskId"] == json!(task_id)
+        ),
+        "node-1 announced the task's end: {heard:?}\n{}",
+        fleet.logs()
+    );
+    let mut third = session.reconnected();
+    third.url = on(2);
+    let status = third.call(2, "tasks/get", json!({"taskId": task_id})).await;
+    assert_eq!(status["status"], "completed");
 }

@@ -27,8 +27,8 @@ pub use kind::{Env, KindInfo, Plan, Step, StepError, TaskKind};
 use kind::{Erased, ErasedKind};
 use runner::RunContext;
 
-use crate::store::{Change, NewTask, Store, Transition};
-pub use crate::store::{Claimant, StoreError, TaskHandle};
+pub use crate::store::{Change, Claimant, StoreError, TaskHandle};
+use crate::store::{NewTask, Store, Transition};
 
 /// How many events a slow subscriber may fall behind before it must resynchronise from the store.
 const EVENT_BUFFER: usize = 1024;
@@ -400,7 +400,7 @@ impl Inner {
             match change {
                 None => self.claim_unheld().await,
                 Some(Ok(Change::Task { id })) => self.heard_of(&id).await,
-                Some(Ok(Change::Stream { .. })) => {}
+                Some(Ok(Change::Stream { .. } | Change::Handle { .. })) => {}
                 Some(Ok(Change::Resync)) | Some(Err(_)) => {
                     tracing::info!("may have missed changes of other nodes; looking for work");
                     self.claim_unheld().await;
@@ -523,6 +523,12 @@ impl Engine {
     /// The registered kinds, by name.
     pub fn kinds(&self) -> &[KindInfo] {
         &self.inner.kind_infos
+    }
+
+    /// What other nodes sharing the database commit from now on (`None` on a database only
+    /// this process writes): for the listener that routes MCP task handles' notifications.
+    pub fn fleet_changes(&self) -> Option<tokio::sync::broadcast::Receiver<Change>> {
+        self.inner.store.changes()
     }
 
     /// Every committed change from now on, of every task: for one listener that routes them.

@@ -21,13 +21,14 @@ use rmcp::model::{
 use rmcp::service::ServiceError;
 use rmcp::{Peer, RoleServer};
 use serde_json::{Value, json};
+use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
 
 use super::resources::{self, LIST_LIMIT, TaskUri};
 use super::routes::{Delivery, Inbox, Next, Routes, SessionKey};
 use super::tasks::{detailed_task, legacy_task, speaks_legacy_tasks};
 use super::{DurableServer, Shared};
-use crate::engine::{Engine, MilestoneLevel, TaskHandle};
+use crate::engine::{Change, Engine, MilestoneLevel, TaskHandle};
 
 fn rank(level: LoggingLevel) -> u8 {
     match level {
@@ -46,22 +47,28 @@ fn rank(level: LoggingLevel) -> u8 {
 /// The handles of unfinished tasks are loaded first, so their status changes reach their
 /// requesters across restarts.
 pub(super) async fn route_events(shared: Arc<Shared>) {
-    // Subscribed before loading, so no event after the load is missed.
+    // Subscribed before loading, so no event or handle after the load is missed.
     let mut events = shared.engine.subscribe();
-    match shared.engine.unfinished_handles().await {
-        Ok(handles) => handles
-            .iter()
-            .for_each(|handle| shared.routes.add_handle(handle)),
-        Err(e) => {
-            tracing::error!(error = %e, "cannot load task handles; their status changes go unannounced")
-        }
-    }
+    let mut fleet = shared.engine.fleet_changes();
+    load_handles(&shared).await;
     // What lagging sessions must be resynchronised from when the router itself falls behind.
     let mut routed_up_to_ms = i64::MIN;
     loop {
-        let event = tokio::select! {
+        let heard = tokio::select! {
             _ = shared.shutdown.cancelled() => return,
-            event = events.recv() => event,
+            event = events.recv() => Ok(event),
+            change = next_change(&mut fleet) => Err(change),
+        };
+        let event = match heard {
+            Ok(event) => event,
+            Err(Err(RecvError::Closed)) => {
+                fleet = None;
+                continue;
+            }
+            Err(change) => {
+                follow_handles(&shared, change).await;
+                continue;
+            }
         };
         match event {
             Ok(event) => {
@@ -74,6 +81,45 @@ pub(super) async fn route_events(shared: Arc<Shared>) {
             }
             Err(RecvError::Closed) => return,
         }
+    }
+}
+
+/// Indexes every live handle on an unfinished task.
+async fn load_handles(shared: &Shared) {
+    match shared.engine.unfinished_handles().await {
+        Ok(handles) => handles
+            .iter()
+            .for_each(|handle| shared.routes.add_handle(handle)),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot load task handles; their status changes go unannounced")
+        }
+    }
+}
+
+/// The next change of another node, or never on a database no other node writes.
+async fn next_change(fleet: &mut Option<broadcast::Receiver<Change>>) -> Result<Change, RecvError> {
+    match fleet {
+        Some(changes) => changes.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Indexes a handle another node made, so that its requester's sessions here hear of the
+/// task's status too; after missed changes, every handle again.
+async fn follow_handles(shared: &Shared, change: Result<Change, RecvError>) {
+    match change {
+        Ok(Change::Handle { task_id, requester }) => {
+            match shared.engine.handle(&task_id, &requester).await {
+                Ok(Some(handle)) => shared.routes.add_handle(&handle),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(%task_id, error = %e, "cannot read a task handle another node made")
+                }
+            }
+        }
+        Ok(Change::Task { .. } | Change::Stream { .. }) => {}
+        Ok(Change::Resync) | Err(RecvError::Lagged(_)) => load_handles(shared).await,
+        Err(RecvError::Closed) => {}
     }
 }
 

@@ -346,6 +346,8 @@ pub enum Change {
     Task { id: String },
     /// An event was appended to the stream `token`.
     Stream { token: String },
+    /// `requester`'s MCP task handle on `task_id` was created or extended.
+    Handle { task_id: String, requester: String },
     /// Changes may have been missed (the listening connection was down): re-read what you
     /// follow.
     Resync,

@@ -111,7 +111,7 @@ impl StreamStore {
             };
             match change {
                 Ok(Change::Stream { token }) => self.wake(&token),
-                Ok(Change::Task { .. }) => {}
+                Ok(Change::Task { .. } | Change::Handle { .. }) => {}
                 Ok(Change::Resync) | Err(broadcast::error::RecvError::Lagged(_)) => {
                     let notifiers: Vec<Arc<Notify>> = self
                         .inner

@@ -42,11 +42,22 @@ impl HandleRepo for Postgres {
         ttl_ms: u64,
     ) -> Result<Option<TaskHandle>, StoreError> {
         let ttl_ms = signed(ttl_ms)?;
-        self.execute(
-            "INSERT INTO mcp_tasks (task_id, requester, tool, ttl_ms) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (task_id, requester) DO UPDATE SET ttl_ms = GREATEST(mcp_tasks.ttl_ms, \
-               $4 + durable_now_ms() - (SELECT created_at FROM tasks WHERE id = $1))",
+        // Announced to the other nodes, whose routers then tell this requester's sessions
+        // there of the task's status changes.
+        self.query(
+            concat!(
+                "WITH h AS (INSERT INTO mcp_tasks (task_id, requester, tool, ttl_ms) \
+                 VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (task_id, requester) DO UPDATE SET ttl_ms = GREATEST(mcp_tasks.ttl_ms, \
+                   $4 + durable_now_ms() - (SELECT created_at FROM tasks WHERE id = $1)) \
+                 RETURNING task_id, requester) \
+                 SELECT pg_notify('",
+                super::wakeups::HANDLE_CHANNEL!(),
+                "', h.task_id || ' ' || current_setting('application_name') || ' ' || h.requester) \
+                 FROM h"
+            ),
             &[&task_id, &requester, &tool, &ttl_ms],
+            |_| Ok(()),
         )
         .await?;
         self.handle(task_id, requester).await

@@ -3,7 +3,7 @@
 //! Writes that other nodes must hear about notify inside their own statement, so the
 //! notification is delivered exactly when the change commits (and never for a change rolled
 //! back): every change of a task on [`TASK_CHANNEL!`], every event appended to a stream on
-//! [`STREAM_CHANNEL!`]. A payload is ids only, `"{id} {node}"` (PostgreSQL caps payloads at
+//! [`STREAM_CHANNEL!`], every MCP task handle made or extended on [`HANDLE_CHANNEL!`]. A payload is ids only, `"{id} {node}"` (PostgreSQL caps payloads at
 //! 8,000 bytes): the receiver reads the row. A node ignores its own notifications; it already
 //! published those changes in process.
 //!
@@ -30,7 +30,13 @@ macro_rules! STREAM_CHANNEL {
         "durable_stream"
     };
 }
-pub(super) use {STREAM_CHANNEL, TASK_CHANNEL};
+/// The channel of MCP task handles made or extended.
+macro_rules! HANDLE_CHANNEL {
+    () => {
+        "durable_handle"
+    };
+}
+pub(super) use {HANDLE_CHANNEL, STREAM_CHANNEL, TASK_CHANNEL};
 
 /// How many changes a slow listener may fall behind before it must resynchronise.
 const BUFFER: usize = 4096;
@@ -83,7 +89,9 @@ async fn listen_once(
             "LISTEN ",
             TASK_CHANNEL!(),
             "; LISTEN ",
-            STREAM_CHANNEL!()
+            STREAM_CHANNEL!(),
+            "; LISTEN ",
+            HANDLE_CHANNEL!()
         ))
         .await;
     if let Err(e) = listened {
@@ -98,9 +106,12 @@ async fn listen_once(
             AsyncMessage::Notification(notification) => notification,
             _ => continue,
         };
-        let Some((id, from)) = notification.payload().split_once(' ') else {
+        // `{id} {node}`, and for a handle `{task id} {node} {requester}` (a node id has no
+        // spaces; a requester may).
+        let Some((id, rest)) = notification.payload().split_once(' ') else {
             continue;
         };
+        let (from, requester) = rest.split_once(' ').unwrap_or((rest, ""));
         if from == node {
             continue;
         }
@@ -108,6 +119,10 @@ async fn listen_once(
             TASK_CHANNEL!() => Change::Task { id: id.to_owned() },
             STREAM_CHANNEL!() => Change::Stream {
                 token: id.to_owned(),
+            },
+            HANDLE_CHANNEL!() => Change::Handle {
+                task_id: id.to_owned(),
+                requester: requester.to_owned(),
             },
             _ => continue,
         };
