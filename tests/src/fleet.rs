@@ -31,12 +31,22 @@ impl Fleet {
     /// Starts `count` nodes (`node-0`, `node-1`, ...) with `extra_args`, and the balancer in
     /// front of them; logs and the shared data directory go under `dir`.
     pub async fn start(dir: &Path, count: usize, extra_args: &[&str]) -> Fleet {
+        Fleet::start_with_lease(dir, count, LEASE_TTL, extra_args).await
+    }
+
+    /// [`Fleet::start`] with leases of `lease` (whole seconds).
+    pub async fn start_with_lease(
+        dir: &Path,
+        count: usize,
+        lease: Duration,
+        extra_args: &[&str],
+    ) -> Fleet {
         let database = ScratchDatabase::from_env()
             .await
             .unwrap_or_else(|| panic!("fleet tests need {TEST_SERVER_VAR} (see scripts/test)"))
             .expect("creating the fleet's database");
         let data_dir = dir.join("shared-data");
-        let ttl = format!("{}s", LEASE_TTL.as_secs());
+        let ttl = format!("{}s", lease.as_secs());
         let mut args = vec!["--lease-ttl", ttl.as_str()];
         args.extend_from_slice(extra_args);
         let mut nodes = Vec::with_capacity(count);

@@ -600,3 +600,53 @@ async fn a_task_handle_made_on_one_node_is_announced_on_another() {
     let status = third.call(2, "tasks/get", json!({"taskId": task_id})).await;
     assert_eq!(status["status"], "completed");
 }
+
+/// A node stopped gracefully (SIGTERM) hands its leases back: another node continues its task
+/// at once, long before the lease (a minute here) would have lapsed, and the result is an
+/// uninterrupted run's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_stopping_gracefully_hands_its_task_over_at_once() {
+    let args = json!({"batch_size": 100, "total_items": 4000, "processing_delay": 5});
+    let (clean, (_dir, fleet, task)) = tokio::join!(
+        uninterrupted("0.05", "start_batch_processing", &args),
+        async {
+            let dir = tempfile::tempdir().unwrap();
+            let lease = Duration::from_secs(60);
+            let mut fleet =
+                Fleet::start_with_lease(dir.path(), 3, lease, &["--time-scale", "0.05"]).await;
+            let client =
+                Client::connect(&format!("http://{}/mcp", fleet.nodes[1].addr), None).await;
+            let on_zero =
+                Client::connect(&format!("http://{}/mcp", fleet.nodes[0].addr), None).await;
+            let started = on_zero
+                .call_ok("start_batch_processing", args.clone())
+                .await;
+            let id = started["task_id"].as_str().unwrap().to_owned();
+            let running = wait_progress(&client, &id, 800).await;
+            assert_eq!(running.node.as_deref(), Some("node-0"));
+            on_zero.close().await;
+            fleet.nodes[0].terminate(Duration::from_secs(10)).await;
+            // The lease would hold the task for a minute; a handed-back one is taken within the
+            // other nodes' one-second look for unheld work.
+            let handed = within(
+                Duration::from_secs(15),
+                "the task to be taken over",
+                async {
+                    loop {
+                        let task = client.task(&id).await;
+                        if task.node.as_deref().is_some_and(|node| node != "node-0") {
+                            return task;
+                        }
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+            )
+            .await;
+            assert_eq!(handed.status, TaskStatus::Running, "{handed:?}");
+            let task = client.wait_terminal(&id, TASK_LIMIT).await;
+            client.close().await;
+            (dir, fleet, task)
+        }
+    );
+    assert_same_outcome(&fleet, &task, &clean.2);
+}
