@@ -566,6 +566,21 @@ impl Client {
             .await
     }
 
+    /// The id of the first task `task://list` shows, once there is one (a task started by a
+    /// call still in flight).
+    pub async fn first_listed_task(&self) -> String {
+        within(Duration::from_secs(30), "a task to appear", async {
+            loop {
+                let list = self.read("task://list").await;
+                if let Some(id) = list["tasks"][0]["task_id"].as_str() {
+                    return id.to_owned();
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+    }
+
     /// Subscribes to `uri` (`resources/subscribe`).
     pub async fn subscribe(&self, uri: &str) {
         #[allow(deprecated)] // deprecated for 2026-07-28; how 2025-11-25 clients follow a task

@@ -176,16 +176,7 @@ async fn resumable_processing_continues_after_a_kill_and_repeat_call_attaches() 
         async move { caller.service.call_tool(params).await }
     });
     let watcher = Client::connect(&server.mcp_url(), None).await;
-    let id = within(Duration::from_secs(30), "the task to appear", async {
-        loop {
-            let list = watcher.read("task://list").await;
-            if let Some(id) = list["tasks"][0]["task_id"].as_str() {
-                return id.to_owned();
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    let id = watcher.first_listed_task().await;
     wait_progress(&watcher, &id, 60).await;
     server.kill9().await;
     drop(watcher);

@@ -225,16 +225,7 @@ async fn a_call_whose_node_dies_is_finished_by_another_through_the_balancer() {
         async move { service.call_tool(params).await }
     });
     let watcher = Client::connect(&fleet.mcp_url(), None).await;
-    let id = within(Duration::from_secs(30), "the task to appear", async {
-        loop {
-            let list = watcher.read("task://list").await;
-            if let Some(id) = list["tasks"][0]["task_id"].as_str() {
-                return id.to_owned();
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    let id = watcher.first_listed_task().await;
     let task = wait_progress(&watcher, &id, 100).await;
     let holder = task.node.expect("a running task names its node");
     let index = fleet.index_of(&holder);

@@ -418,11 +418,13 @@ contract! {
 }
 
 contract! {
-    /// The stored text of JSON values comes back exactly: key order and number forms are the
-    /// kind's, not the database's.
+    /// Parameters and checkpoints come back as written, each from its own column: a fraction
+    /// and an integer beyond i64 keep their exact values (a JSON column type read back through
+    /// a float would not).
     async fn json_comes_back_as_written(fx) {
         let mut task = new_task("j");
         task.params = serde_json::from_str(r#"{"z": 1, "a": 0.1, "big": 12345678901234567890}"#).unwrap();
+        task.checkpoint = serde_json::from_str(r#"{"offset": 18446744073709551615, "rate": 1e-7}"#).unwrap();
         let stored = fx.store.insert_task(task.clone()).await.unwrap();
         assert_eq!(stored.parameters.to_string(), task.params.to_string());
         let row = fx.store.claim_task("j", &node("a")).await.unwrap().unwrap();

@@ -73,8 +73,10 @@ impl Drop for ScratchDatabase {
 
 /// Runs one statement on the administrative connection.
 async fn admin(admin_url: &str, sql: &str) -> Result<(), StoreError> {
-    let config = tokio_postgres::Config::from_str(admin_url)
+    let mut config = tokio_postgres::Config::from_str(admin_url)
         .map_err(|e| StoreError::Url(format!("{}: {e}", super::redact(admin_url))))?;
+    // A server that accepts and never answers must fail the run, not hang it.
+    config.connect_timeout(super::CONNECT_TIMEOUT);
     let (client, connection) = config.connect(NoTls).await?;
     let driver = tokio::spawn(connection);
     let result = client.batch_execute(sql).await;
