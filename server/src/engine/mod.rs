@@ -410,7 +410,7 @@ impl Inner {
     }
 
     /// Another node changed task `id`.
-    async fn heard_of(self: &Arc<Self>, id: &str) {
+    async fn heard_of(&self, id: &str) {
         let info = match self.store.get_task(id).await {
             Ok(Some(info)) => info,
             Ok(None) => return,
@@ -424,12 +424,7 @@ impl Inner {
         if !ours {
             self.stop_worker(id);
         }
-        let unheld = info.status == TaskStatus::Pending;
         self.publish(TaskEvent::changed(info));
-        // New work, or work handed back: take it now if there is room, not at the next poll.
-        if unheld {
-            self.claim_unheld().await;
-        }
     }
 
     /// Starts workers for tasks nobody holds, as many as this node has room for.
