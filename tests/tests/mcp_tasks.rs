@@ -533,7 +533,9 @@ impl ClientHandler for TasksClient {
 
 #[tokio::test]
 async fn the_extension_shape_through_rmcps_client() {
-    let (_dir, server) = server(&["--time-scale", "0"]).await;
+    // Not 0: at time scale 0 the "endless" batch has no delay and may finish before it is
+    // cancelled (the quick one has no delay at any scale).
+    let (_dir, server) = server(&["--time-scale", "0.01"]).await;
     let transport = StreamableHttpClientTransport::from_uri(server.mcp_url());
     let client = within(IO_TIMEOUT, "initialize", TasksClient.serve(transport))
         .await
