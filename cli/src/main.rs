@@ -56,16 +56,18 @@ async fn main() -> anyhow::Result<ExitCode> {
         None => cli.serve,
         Some(Command::Client(command)) => return Ok(durable_mcp_client::run(command).await),
     };
-    let listener = tokio::net::TcpListener::bind((args.host, args.port))
+    let (host, port) = (args.host, args.port);
+    let config = args.into_config()?;
+    let listener = tokio::net::TcpListener::bind((host, port))
         .await
-        .with_context(|| format!("binding {}:{}", args.host, args.port))?;
+        .with_context(|| format!("binding {host}:{port}"))?;
     let address = listener.local_addr()?;
     // Printed on stdout, alone on its line, so scripts and tests can find a port-0 server.
     println!("durable-mcp listening on http://{address}/mcp");
 
     let shutdown = CancellationToken::new();
     tokio::spawn(signal_shutdown(shutdown.clone()));
-    durable_mcp_server::http::run(args.into_config(), listener, shutdown).await?;
+    durable_mcp_server::http::run(config, listener, shutdown).await?;
     Ok(ExitCode::SUCCESS)
 }
 

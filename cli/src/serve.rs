@@ -6,16 +6,69 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use durable_mcp_server::config::{self, Config};
+use durable_mcp_server::auth::{AuthConfig, JwksSource};
+use durable_mcp_server::config::{self, Config, Limits};
 use durable_mcp_server::store::Database;
 
 /// Settings of the server. Every flag can also be set through the environment variable shown.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// Address to listen on. Keep the loopback default unless a proxy with authentication sits
-    /// in front: the server has no authentication of its own.
+    /// Address to listen on. Any address but a loopback one needs --auth-issuer (or
+    /// --unsafe-no-auth): without authorization, every client sees and steers every task.
     #[arg(long, env = "DURABLE_MCP_HOST", default_value = "127.0.0.1")]
     pub host: IpAddr,
+
+    /// Serve a non-loopback address without authorization: anyone who reaches the port can see,
+    /// start, steer and cancel every task. Only behind a proxy that authenticates.
+    #[arg(long, env = "DURABLE_MCP_UNSAFE_NO_AUTH")]
+    pub unsafe_no_auth: bool,
+
+    /// OAuth authorization server whose bearer tokens `/mcp` requires (the tokens' `iss`, e.g.
+    /// https://keycloak.example.com/realms/ops). With it, every task, session and file belongs
+    /// to the token's subject; needs --auth-audience and a JWKS source.
+    #[arg(long, env = "DURABLE_MCP_AUTH_ISSUER", requires = "auth_audience")]
+    pub auth_issuer: Option<String>,
+
+    /// This server's resource identifier, which tokens must carry in `aud` (RFC 8707), best its
+    /// public URL, e.g. https://mcp.example.com/mcp.
+    #[arg(long, env = "DURABLE_MCP_AUTH_AUDIENCE", requires = "auth_issuer")]
+    pub auth_audience: Option<String>,
+
+    /// The issuer's signing keys as a JWKS file (for air-gapped use; re-read when a token names
+    /// a key it lacks).
+    #[arg(
+        long,
+        env = "DURABLE_MCP_AUTH_JWKS_FILE",
+        conflicts_with = "auth_jwks_url",
+        requires = "auth_issuer"
+    )]
+    pub auth_jwks_file: Option<PathBuf>,
+
+    /// The issuer's JWKS URL (its `jwks_uri`), fetched at start and again when a token names a
+    /// key it lacks (at most every 30 s).
+    #[arg(long, env = "DURABLE_MCP_AUTH_JWKS_URL", requires = "auth_issuer")]
+    pub auth_jwks_url: Option<String>,
+
+    /// Unfinished (pending, running, paused) tasks one owner may have.
+    #[arg(long, env = "DURABLE_MCP_MAX_TASKS_PER_OWNER", default_value_t = Limits::default().tasks_per_owner)]
+    pub max_tasks_per_owner: u64,
+
+    /// Live MCP sessions one authenticated subject may have.
+    #[arg(long, env = "DURABLE_MCP_MAX_SESSIONS_PER_SUBJECT", default_value_t = Limits::default().sessions_per_subject)]
+    pub max_sessions_per_subject: u64,
+
+    /// Open SSE streams (listening streams and streamed answers) one session may have.
+    #[arg(long, env = "DURABLE_MCP_MAX_STREAMS_PER_SESSION", default_value_t = Limits::default().streams_per_session, value_parser = parse_at_least_one)]
+    pub max_streams_per_session: usize,
+
+    /// Resource subscriptions one session may have.
+    #[arg(long, env = "DURABLE_MCP_MAX_SUBSCRIPTIONS_PER_SESSION", default_value_t = Limits::default().subscriptions_per_session)]
+    pub max_subscriptions_per_session: usize,
+
+    /// Requests to /mcp served at once over all clients (listening streams excepted); more get
+    /// 429 with Retry-After.
+    #[arg(long, env = "DURABLE_MCP_MAX_CONCURRENT_REQUESTS", default_value_t = Limits::default().concurrent_requests, value_parser = parse_at_least_one)]
+    pub max_concurrent_requests: usize,
 
     /// Port to listen on; 0 picks a free one (the chosen address is printed).
     #[arg(long, env = "DURABLE_MCP_PORT", default_value_t = 8080)]
@@ -125,9 +178,35 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
-    /// The server's settings; the address is bound by `main`.
-    pub fn into_config(self) -> Config {
-        Config {
+    /// The server's settings; the address is bound by `main`. Refuses a non-loopback address
+    /// without authorization (unless told it is on purpose) and an issuer without keys.
+    pub fn into_config(self) -> anyhow::Result<Config> {
+        let auth = match (self.auth_issuer, self.auth_audience) {
+            (Some(issuer), Some(audience)) => {
+                let jwks = match (self.auth_jwks_file, self.auth_jwks_url) {
+                    (Some(path), None) => JwksSource::File(path),
+                    (None, Some(url)) => JwksSource::Url(url),
+                    _ => anyhow::bail!(
+                        "--auth-issuer needs the issuer's keys: --auth-jwks-file or --auth-jwks-url"
+                    ),
+                };
+                Some(AuthConfig {
+                    issuer,
+                    audience,
+                    jwks,
+                })
+            }
+            _ => None,
+        };
+        if auth.is_none() && !self.host.is_loopback() && !self.unsafe_no_auth {
+            anyhow::bail!(
+                "refusing to serve {} without authorization: anyone who reaches it could see and \
+                 steer every task. Set --auth-issuer, --auth-audience and a JWKS source, or pass \
+                 --unsafe-no-auth if a proxy in front authenticates",
+                self.host
+            );
+        }
+        Ok(Config {
             database: match self.database_url {
                 Some(url) => Database::Postgres(url),
                 None => Database::Sqlite(self.db),
@@ -149,7 +228,15 @@ impl ServeArgs {
             max_body_bytes: self.max_body_bytes,
             dashboard_dir: self.dashboard_dir,
             shutdown_grace: self.shutdown_grace,
-        }
+            auth,
+            limits: Limits {
+                tasks_per_owner: self.max_tasks_per_owner,
+                sessions_per_subject: self.max_sessions_per_subject,
+                streams_per_session: self.max_streams_per_session,
+                subscriptions_per_session: self.max_subscriptions_per_session,
+                concurrent_requests: self.max_concurrent_requests,
+            },
+        })
     }
 }
 

@@ -18,6 +18,11 @@ pub struct ClientArgs {
     )]
     pub server: String,
 
+    /// OAuth bearer token for a server that requires one (sent as Authorization: Bearer). Your
+    /// tasks are then the token subject's, whatever the client id.
+    #[arg(long, env = "DURABLE_MCP_TOKEN", global = true, hide_env_values = true)]
+    pub token: Option<String>,
+
     /// Print machine-readable JSON instead of text.
     #[arg(long, global = true)]
     pub json: bool,

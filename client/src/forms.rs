@@ -3,7 +3,7 @@
 //! the property's JSON type.
 //!
 //! The flags after `task start KIND` (or `process`) are parsed in two passes: first only the
-//! client's own flags (`--server`, `--state-file`), which are needed to reach the server, then,
+//! client's own flags (`--server`, `--state-file`, `--token`), which are needed to reach the server, then,
 //! with the tool's schema in hand, everything.
 
 use clap::{ArgAction, Args, Command};
@@ -29,6 +29,7 @@ pub fn client_flags(before: &ClientArgs, arguments: &[String]) -> ClientArgs {
         match name {
             "--server" => flags.server = value().unwrap_or(flags.server),
             "--state-file" => flags.state_file = value().map(Into::into).or(flags.state_file),
+            "--token" => flags.token = value().or(flags.token),
             "--json" => flags.json = true,
             _ => {}
         }
@@ -176,6 +177,7 @@ mod tests {
             server: "http://default/mcp".into(),
             json: false,
             state_file: None,
+            token: None,
         };
         let flags = client_flags(
             &before,
@@ -185,10 +187,12 @@ mod tests {
                 "--server",
                 "http://other/mcp",
                 "--json",
+                "--token=abc",
             ]),
         );
         assert_eq!(flags.server, "http://other/mcp");
         assert!(flags.json);
+        assert_eq!(flags.token.as_deref(), Some("abc"));
         assert_eq!(
             client_flags(&before, &args(&["--epochs", "3"])).server,
             before.server

@@ -123,11 +123,23 @@ impl Client {
             http::HeaderName::from_static(durable_shared::CLIENT_ID_HEADER),
             value,
         );
-        let config = StreamableHttpClientTransportConfig::with_uri(args.server.clone())
+        let mut config = StreamableHttpClientTransportConfig::with_uri(args.server.clone())
             .custom_headers(headers);
+        if let Some(token) = &args.token {
+            // rmcp adds the "Bearer " scheme itself.
+            config = config.auth_header(token.trim());
+        }
         let transport = StreamableHttpClientTransport::from_config(config);
         let (notifications, notes) = follow::Notifications::new();
         let service = notifications.serve(transport).await.map_err(|e| {
+            let text = e.to_string();
+            if text.contains("authorization required") || text.contains("Auth required") {
+                return Failure::Refused(format!(
+                    "the durable-mcp server at {} refused the request ({e}): it requires an \
+                     OAuth bearer token; pass a valid one with --token (DURABLE_MCP_TOKEN)",
+                    args.server
+                ));
+            }
             Failure::Unreachable(format!(
                 "cannot reach the durable-mcp server at {} ({e}); is it running? Start one with \
                  scripts/serve or point --server (DURABLE_MCP_SERVER) at it",

@@ -99,6 +99,8 @@ async fn store_commits(store: &Store, tasks: u64) -> f64 {
                 params: json!(STEPS_PER_TASK),
                 total: STEPS_PER_TASK,
                 checkpoint: json!(0),
+                exclusive: None,
+                owner_limit: u64::MAX,
             })
             .await
             .unwrap();
@@ -150,9 +152,11 @@ async fn engine_steps(dir: &std::path::Path) -> f64 {
                 env: Env {
                     data_dir: dir.to_owned(),
                     time_scale: 0.0,
+                    per_owner: false,
                 },
                 max_running: CONCURRENT_TASKS as usize,
                 claimant: bench_node(),
+                max_tasks_per_owner: u64::MAX,
             },
             CancellationToken::new(),
         )

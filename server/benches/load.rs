@@ -559,6 +559,7 @@ mod ceiling {
             let env = Env {
                 data_dir: PathBuf::new(),
                 time_scale: 0.0,
+                per_owner: false,
             };
             let plan = BatchProcessing.plan(&params, &env).map_err(invalid)?;
             let (mut state, mut steps) = (plan.state, 0);

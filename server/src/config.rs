@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::auth::AuthConfig;
 use crate::store::Database;
 
 /// Everything [`crate::http::run`] needs to know (the listener is bound by its caller). The binary's `--help` documents each setting
@@ -56,6 +57,38 @@ pub struct Config {
     pub dashboard_dir: PathBuf,
     /// On SIGTERM or Ctrl-C, how long to wait for tasks to checkpoint and connections to close.
     pub shutdown_grace: Duration,
+    /// OAuth bearer tokens required on `/mcp` (a multi-tenant server); `None`: a single-user
+    /// local tool where every client sees every task.
+    pub auth: Option<AuthConfig>,
+    pub limits: Limits,
+}
+
+/// What one client may hold at once; each refusal names its limit. The defaults are far above
+/// what one person's use reaches.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    /// Unfinished (pending, running, paused) tasks per owner.
+    pub tasks_per_owner: u64,
+    /// Live MCP sessions per authenticated subject.
+    pub sessions_per_subject: u64,
+    /// Open SSE streams (GET streams and streamed POST answers) per session.
+    pub streams_per_session: usize,
+    /// Resource subscriptions per session.
+    pub subscriptions_per_session: usize,
+    /// Requests to `/mcp` being served at once, over all clients.
+    pub concurrent_requests: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            tasks_per_owner: 10_000,
+            sessions_per_subject: 1_000,
+            streams_per_session: 64,
+            subscriptions_per_session: 10_000,
+            concurrent_requests: 4_096,
+        }
+    }
 }
 
 /// A node id for a server started without `--node-id`: unique per start.

@@ -1,6 +1,7 @@
 //! durable-mcp: an MCP server whose long-running tools survive crashes, restarts and dropped
 //! clients. See `ARCHITECTURE.md` for the map.
 
+pub mod auth;
 pub mod config;
 pub mod engine;
 pub mod http;

@@ -10,14 +10,17 @@ use std::path::{Path, PathBuf};
 const ALLOWED: &[(&str, &[&str])] = &[
     (
         "http",
-        &["config", "engine", "kinds", "mcp", "store", "streams"],
+        &[
+            "auth", "config", "engine", "kinds", "mcp", "store", "streams",
+        ],
     ),
-    ("mcp", &["engine", "streams"]),
+    ("mcp", &["auth", "config", "engine", "streams"]),
     ("streams", &["store"]),
     ("kinds", &["engine"]),
     ("engine", &["store"]),
     ("store", &[]),
-    ("config", &["store"]),
+    ("config", &["auth", "store"]),
+    ("auth", &[]),
 ];
 
 fn rust_files(dir: &Path, found: &mut Vec<PathBuf>) {

@@ -1,6 +1,6 @@
 // Drives the real server with the TypeScript SDK's client: lists tools, starts a task,
 // subscribes to it, reads its status until completed, and makes one bad call. Prints one JSON
-// report for the test to check.
+// report for the test to check. With MCP_BEARER_TOKEN set, every request carries it.
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { ResourceUpdatedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
@@ -9,7 +9,9 @@ const [url] = process.argv.slice(2);
 const client = new Client({ name: 'durable-mcp-ts-interop', version: '1.0.0' });
 let updates = 0;
 client.setNotificationHandler(ResourceUpdatedNotificationSchema, () => { updates += 1; });
-await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+const token = process.env.MCP_BEARER_TOKEN;
+const requestInit = token ? { headers: { Authorization: `Bearer ${token}` } } : undefined;
+await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit }));
 
 const report = {};
 report.tools = (await client.listTools()).tools.map((tool) => tool.name).sort();

@@ -4,6 +4,7 @@
 // MCP logging is deprecated by SEP-2577, but it is what 2025-11-25 servers (this one) send.
 #![allow(deprecated)]
 
+pub mod auth;
 pub mod browser;
 pub mod fleet;
 pub mod proxy;
@@ -423,7 +424,25 @@ impl Client {
     /// Connects like [`Client::connect`], or `None` when initialize fails or times out (a
     /// server being killed under it).
     pub async fn try_connect(url: &str, client_id: Option<&str>) -> Option<Client> {
+        Client::try_connect_as(url, client_id, None).await
+    }
+
+    /// Connects with `Authorization: Bearer token` on every request.
+    pub async fn connect_with_token(url: &str, token: &str) -> Client {
+        Client::try_connect_as(url, None, Some(token))
+            .await
+            .expect("MCP initialize with a token")
+    }
+
+    async fn try_connect_as(
+        url: &str,
+        client_id: Option<&str>,
+        token: Option<&str>,
+    ) -> Option<Client> {
         let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
+        if let Some(token) = token {
+            config = config.auth_header(token);
+        }
         if let Some(id) = client_id {
             let mut headers = std::collections::HashMap::new();
             headers.insert(

@@ -105,10 +105,13 @@ pub struct RawSession {
 impl RawSession {
     /// Initializes a session on `version` and sends `notifications/initialized`.
     pub async fn open(url: &str, version: &str) -> RawSession {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(120))
-            .build()
-            .expect("http client");
+        RawSession::open_as(url, version, None).await
+    }
+
+    /// [`RawSession::open`], every request of the session carrying `Authorization: Bearer
+    /// token` when one is given.
+    pub async fn open_as(url: &str, version: &str, token: Option<&str>) -> RawSession {
+        let http = http_client(token);
         let response = within(
             IO_TIMEOUT,
             "initialize",
@@ -148,11 +151,13 @@ impl RawSession {
 
     /// The same session over new connections: pooled ones die with a killed server.
     pub fn reconnected(&self) -> RawSession {
+        self.with_token(None)
+    }
+
+    /// The same session id sent by a client holding `token` (or none).
+    pub fn with_token(&self, token: Option<&str>) -> RawSession {
         RawSession {
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(120))
-                .build()
-                .expect("http client"),
+            http: http_client(token),
             url: self.url.clone(),
             session_id: self.session_id.clone(),
             version: self.version.clone(),
@@ -176,6 +181,21 @@ impl RawSession {
         )
         .await
         .expect("POST")
+    }
+
+    /// The JSON-RPC answer to a request, or the HTTP status it was refused with.
+    pub async fn try_answer(&self, id: u64, method: &str, params: Value) -> Result<Value, u16> {
+        let response = self
+            .post(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
+        if response.status() != 200 {
+            return Err(response.status().as_u16());
+        }
+        let mut sse = Sse::new(response);
+        let events = sse
+            .until(IO_TIMEOUT, |message| message.get("id") == Some(&json!(id)))
+            .await;
+        Ok(events.last().expect("an answer").json())
     }
 
     /// A request that must answer with a result; returns it.
@@ -219,4 +239,22 @@ impl RawSession {
             .await
             .expect("GET")
     }
+}
+
+/// A client for raw sessions, sending `token` as a bearer token with every request.
+pub fn http_client(token: Option<&str>) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(token) = token {
+        headers.insert(
+            reqwest::header::AUTHORIZATION,
+            format!("Bearer {token}")
+                .parse()
+                .expect("token header value"),
+        );
+    }
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .default_headers(headers)
+        .build()
+        .expect("http client")
 }

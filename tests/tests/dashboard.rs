@@ -447,3 +447,65 @@ async fn the_dashboard_recovers_from_a_cut_network_and_a_killed_server() {
     browser.screenshot("dashboard-recovered").await;
     browser.close().await;
 }
+
+/// A server that requires tokens: the dashboard asks for one, says why a bad one was refused,
+/// works as ever with a good one (its tasks the token subject's), and asks again after sign-out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_signs_in_with_a_bearer_token_and_out_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let issuer = durable_tests::auth::Issuer::new(dir.path());
+    let dist = dist();
+    let mut args = issuer.server_args();
+    args.extend([
+        "--dashboard-dir".into(),
+        dist,
+        "--time-scale".into(),
+        "0.02".into(),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = Server::start(dir.path(), &args).await;
+    let browser = Browser::start().await;
+    browser.goto(&format!("http://{}/", server.addr)).await;
+    browser
+        .wait_text("[data-test=sign-in-reason]", |t| t.contains("bearer token"))
+        .await;
+    browser.fill("#sign-in-token", "not-a-token").await;
+    browser
+        .click("form[data-test=sign-in] button[type=submit]")
+        .await;
+    browser
+        .wait_text("[data-test=sign-in-reason]", |t| {
+            t.contains("not a signed JWT")
+        })
+        .await;
+    let token = issuer.token("dana", durable_tests::auth::WRITE);
+    browser.fill("#sign-in-token", &token).await;
+    browser
+        .click("form[data-test=sign-in] button[type=submit]")
+        .await;
+    browser
+        .wait_text("[data-test=conn]", |t| t == "connected")
+        .await;
+    let task = start(
+        &browser,
+        "start_batch_processing",
+        &[("batch_size", "1"), ("total_items", "3")],
+    )
+    .await;
+    wait_status(&browser, &task, "completed").await;
+    let operator = Client::connect_with_token(
+        &server.mcp_url(),
+        &issuer.token("olga", durable_tests::auth::OPERATOR),
+    )
+    .await;
+    assert_eq!(operator.task(&task).await.owner, "dana");
+    browser.click("[data-test=sign-out]").await;
+    browser
+        .wait_text("[data-test=sign-in-reason]", |t| t.contains("signed out"))
+        .await;
+    assert!(
+        rows(&browser).await.is_empty(),
+        "signed out, no task is shown"
+    );
+    browser.close().await;
+}

@@ -125,6 +125,50 @@ async fn the_typescript_sdk_lists_starts_subscribes_follows_and_gets_errors() {
     );
 }
 
+/// The same everyday flow against a server that requires tokens: the SDK's transport sends
+/// one, and the task it starts is the token subject's.
+#[tokio::test]
+async fn the_typescript_sdk_connects_with_a_bearer_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let issuer = durable_tests::auth::Issuer::new(dir.path());
+    let mut args = issuer.server_args();
+    args.extend(["--time-scale".into(), "0.01".into()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = Server::start(dir.path(), &args).await;
+    let run = |token: Option<String>| {
+        let mut command = Command::new("node");
+        command
+            .arg(interop_dir().join("ts_client.mjs"))
+            .arg(server.mcp_url())
+            .current_dir(interop_dir())
+            .env_remove("MCP_BEARER_TOKEN");
+        if let Some(token) = token {
+            command.env("MCP_BEARER_TOKEN", token);
+        }
+        command
+    };
+    let refused = durable_tests::output_within(&mut run(None), Duration::from_secs(120)).await;
+    assert!(!refused.status.success(), "connected without a token");
+    let token = issuer.token("ts-user", durable_tests::auth::WRITE);
+    let output =
+        durable_tests::output_within(&mut run(Some(token)), Duration::from_secs(120)).await;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).expect("a JSON report");
+    assert_eq!(report["final_status"], "completed", "{report}");
+    assert_eq!(report["processed"], 5);
+    let operator = durable_tests::Client::connect_with_token(
+        &server.mcp_url(),
+        &issuer.token("olga", durable_tests::auth::OPERATOR),
+    )
+    .await;
+    let listed = operator.read("task://list").await;
+    assert_eq!(listed["tasks"][0]["owner"], "ts-user", "{listed}");
+}
+
 #[tokio::test]
 async fn the_typescript_sdks_tasks_client_runs_polls_lists_and_cancels_tasks() {
     let dir = tempfile::tempdir().unwrap();

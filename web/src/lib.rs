@@ -10,7 +10,7 @@ use std::rc::Rc;
 
 use leptos::prelude::*;
 
-use components::{Detail, Header, StartForms, TaskTable};
+use components::{Detail, Header, SignIn, StartForms, TaskTable};
 use state::Dashboard;
 
 thread_local! {
@@ -34,6 +34,7 @@ pub fn App() -> impl IntoView {
     view! {
         <Header client_id=client_id />
         {move || dash.notice.get().map(|text| view! { <p class="notice" role="status">{text}</p> })}
+        <SignIn />
         <main>
             <section class="start" aria-label="Start a task">
                 <StartForms />

@@ -18,6 +18,8 @@ use web_sys::{Headers, ReadableStreamDefaultReader, Request, RequestInit, Respon
 
 const PROTOCOL_VERSION: &str = "2025-11-25";
 const CLIENT_ID_KEY: &str = "durable-mcp/client-id";
+/// The bearer token a signed-in user gave, for servers that require one (kept until sign-out).
+const TOKEN_KEY: &str = "durable-mcp/token";
 const TAB_ID_KEY: &str = "durable-mcp/tab-id";
 
 /// Why a request failed.
@@ -34,6 +36,8 @@ pub enum McpError {
         message: String,
         field: Option<String>,
     },
+    /// The server requires a bearer token (401), or refused the one given; the reason.
+    Unauthorized(String),
     /// The network or the server is unreachable.
     Network(String),
 }
@@ -45,6 +49,7 @@ impl std::fmt::Display for McpError {
             McpError::StaleEventId(why)
             | McpError::Rpc(why)
             | McpError::Network(why)
+            | McpError::Unauthorized(why)
             | McpError::Tool { message: why, .. } => f.write_str(why),
         }
     }
@@ -103,6 +108,59 @@ pub fn client_id() -> String {
     stored_id(local_storage(), CLIENT_ID_KEY, || {
         format!("web-{}", random_id())
     })
+}
+
+/// The bearer token the user signed in with, if any.
+pub fn token() -> Option<String> {
+    local_storage()?
+        .get_item(TOKEN_KEY)
+        .ok()
+        .flatten()
+        .filter(|token| !token.is_empty())
+}
+
+/// Keeps `token` for every request from now on (and after reloads), until [`sign_out`].
+pub fn sign_in(token: &str) {
+    if let Some(storage) = local_storage() {
+        let _ = storage.set_item(TOKEN_KEY, token.trim());
+    }
+}
+
+/// Forgets the token.
+pub fn sign_out() {
+    if let Some(storage) = local_storage() {
+        let _ = storage.remove_item(TOKEN_KEY);
+    }
+}
+
+/// Why a 401 or 403 answer refused a request: the server's challenge, else its message.
+async fn refusal(response: &Response) -> String {
+    let challenge = response
+        .headers()
+        .get("www-authenticate")
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let described = challenge
+        .split("error_description=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .map(str::to_owned);
+    if let Some(described) = described {
+        return described;
+    }
+    let text = match response.text() {
+        Ok(promise) => JsFuture::from(promise)
+            .await
+            .ok()
+            .and_then(|t| t.as_string())
+            .unwrap_or_default(),
+        Err(_) => String::new(),
+    };
+    serde_json::from_str::<Value>(&text)
+        .ok()
+        .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("HTTP {}", response.status()))
 }
 
 /// This tab's id: in the tab's own storage, so each tab has its own MCP session and stream.
@@ -235,6 +293,9 @@ impl Mcp {
         let set = |name: &str, value: &str| headers.set(name, value).map_err(js_error);
         set("accept", "application/json, text/event-stream")?;
         set(durable_shared::CLIENT_ID_HEADER, &self.client_id)?;
+        if let Some(token) = token() {
+            set("authorization", &format!("Bearer {token}"))?;
+        }
         if let Some(info) = &*self.session.borrow() {
             set("mcp-session-id", &info.session_id)?;
             set("mcp-protocol-version", &info.protocol_version)?;
@@ -312,6 +373,9 @@ impl Mcp {
             "clientInfo": {"name": "durable-mcp-dashboard", "version": env!("CARGO_PKG_VERSION")},
         }});
         let response = self.send("POST", Some(&request), None).await?;
+        if response.status() == 401 {
+            return Err(McpError::Unauthorized(refusal(&response).await));
+        }
         if !response.ok() {
             return Err(McpError::Network(format!(
                 "initialize failed with HTTP {}",
@@ -346,6 +410,8 @@ impl Mcp {
         let response = self.send("POST", Some(&body), None).await?;
         match response.status() {
             404 => Err(McpError::SessionLost),
+            401 => Err(McpError::Unauthorized(refusal(&response).await)),
+            403 => Err(McpError::Rpc(refusal(&response).await)),
             status if !(200..300).contains(&status) => Err(McpError::Network(format!(
                 "{method} failed with HTTP {status}"
             ))),
@@ -381,6 +447,7 @@ impl Mcp {
                 SseReader::new(&response).ok_or_else(|| McpError::Network("no stream body".into()))
             }
             404 => Err(McpError::SessionLost),
+            401 => Err(McpError::Unauthorized(refusal(&response).await)),
             400 | 403 | 410 => {
                 let text = JsFuture::from(response.text().map_err(js_error)?)
                     .await

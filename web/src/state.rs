@@ -85,6 +85,11 @@ pub struct Dashboard {
     pub kinds: RwSignal<Vec<StartKind>>,
     /// A message for the banner (failed action, lost connection...).
     pub notice: RwSignal<Option<String>>,
+    /// The server wants a bearer token (none was given, or it was refused): why. The sign-in
+    /// form shows while it is set.
+    pub sign_in: RwSignal<Option<String>>,
+    /// Whether a token is in use (the header offers to sign out).
+    pub signed_in: RwSignal<bool>,
 }
 
 impl Dashboard {
@@ -101,6 +106,8 @@ impl Dashboard {
             selected: RwSignal::new(None),
             kinds: RwSignal::new(Vec::new()),
             notice: RwSignal::new(None),
+            sign_in: RwSignal::new(None),
+            signed_in: RwSignal::new(crate::mcp::token().is_some()),
         }
     }
 

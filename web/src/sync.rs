@@ -110,6 +110,11 @@ pub async fn run(mcp: Rc<Mcp>, dash: Dashboard) {
         }
         if mcp.session().is_none() {
             if let Err(e) = mcp.initialize().await {
+                if let McpError::Unauthorized(why) = e {
+                    wait_for_sign_in(dash, why).await;
+                    attempt = 0;
+                    continue;
+                }
                 dash.notice
                     .set(Some(format!("cannot reach the server: {e}")));
                 attempt += 1;
@@ -120,6 +125,11 @@ pub async fn run(mcp: Rc<Mcp>, dash: Dashboard) {
         if need_resync {
             match resync(&mcp, dash).await {
                 Ok(()) => need_resync = false,
+                Err(McpError::Unauthorized(why)) => {
+                    mcp.forget_session();
+                    wait_for_sign_in(dash, why).await;
+                    continue;
+                }
                 Err(McpError::SessionLost) => {
                     mcp.forget_session();
                     // Backs off like any failure: a session lost again at once must not spin.
@@ -151,6 +161,11 @@ pub async fn run(mcp: Rc<Mcp>, dash: Dashboard) {
                 mcp.forget_session();
                 continue;
             }
+            Err(McpError::Unauthorized(why)) => {
+                mcp.forget_session();
+                wait_for_sign_in(dash, why).await;
+                continue;
+            }
             Err(McpError::StaleEventId(why)) => {
                 dash.notice.set(Some(format!("re-reading state: {why}")));
                 mcp.set_last_event_id(None);
@@ -162,6 +177,16 @@ pub async fn run(mcp: Rc<Mcp>, dash: Dashboard) {
                 .set(Some(format!("cannot open the stream: {e}"))),
         }
         attempt += 1;
+    }
+}
+
+/// Shows the sign-in form with `why` and waits until the user has given a token (the form
+/// clears `sign_in`); the session starts again with it.
+async fn wait_for_sign_in(dash: Dashboard, why: String) {
+    dash.notice.set(None);
+    dash.sign_in.set(Some(why));
+    while dash.sign_in.get_untracked().is_some() {
+        sleep(200).await;
     }
 }
 

@@ -40,6 +40,8 @@ pub fn config(db: &Path, data: &Path) -> Config {
         max_body_bytes: 1024 * 1024,
         dashboard_dir: data.join("no-dashboard"),
         shutdown_grace: Duration::from_secs(5),
+        auth: None,
+        limits: Default::default(),
     }
 }
 

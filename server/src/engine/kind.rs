@@ -31,6 +31,9 @@ pub struct Env {
     pub data_dir: PathBuf,
     /// Factor applied to every simulated delay (`--time-scale`).
     pub time_scale: f64,
+    /// Each owner gets a directory of its own under `data_dir` (with authorization on, where
+    /// owners are subjects who must not see each other's files); see [`Env::for_owner`].
+    pub per_owner: bool,
 }
 
 impl Env {
@@ -44,17 +47,32 @@ impl Env {
         }
     }
 
-    /// Resolves a client-supplied relative path inside the data directory, refusing absolute
-    /// paths, `..` and anything that would land outside it.
-    pub fn resolve(&self, field: &str, path: &str) -> Result<PathBuf, ParamError> {
+    /// The environment of `owner`'s tasks: its own directory `subjects/{name}` when
+    /// [`Env::per_owner`], else this one.
+    pub fn for_owner(&self, owner: &str) -> Env {
+        if !self.per_owner {
+            return self.clone();
+        }
+        Env {
+            data_dir: self.data_dir.join("subjects").join(owner_dir_name(owner)),
+            time_scale: self.time_scale,
+            per_owner: false,
+        }
+    }
+
+    /// Checks a client-supplied path before anything is opened: relative, without `..`, not
+    /// empty. Returns it without `.` components. Where it really leads is decided when it is
+    /// opened through [`Env::dir`].
+    pub fn relative(&self, field: &str, path: &str) -> Result<PathBuf, ParamError> {
         let refuse = |message: String| Err(ParamError::new(field, message));
         if path.trim().is_empty() {
             return refuse(format!("{field} must not be empty"));
         }
-        let relative = Path::new(path);
-        for component in relative.components() {
+        let mut relative = PathBuf::new();
+        for component in Path::new(path).components() {
             match component {
-                Component::Normal(_) | Component::CurDir => {}
+                Component::Normal(part) => relative.push(part),
+                Component::CurDir => {}
                 Component::ParentDir => {
                     return refuse(format!("{field} {path:?} must not contain '..'"));
                 }
@@ -65,29 +83,55 @@ impl Env {
                 }
             }
         }
-        let full = self.data_dir.join(relative);
-        // A symlink inside the data directory could still point outside it: check where the
-        // existing part of the path really is.
-        let root = self.data_dir.canonicalize().map_err(|e| {
-            ParamError::general(format!(
-                "data directory {:?} is unusable: {e}",
-                self.data_dir
-            ))
-        })?;
-        let mut existing = full.as_path();
-        while !existing.exists() {
-            existing = match existing.parent() {
-                Some(parent) => parent,
-                None => break,
-            };
+        if relative.as_os_str().is_empty() {
+            return refuse(format!("{field} {path:?} names the data directory itself"));
         }
-        if let Ok(real) = existing.canonicalize()
-            && !real.starts_with(&root)
-        {
-            return refuse(format!("{field} {path:?} leads outside the data directory"));
-        }
-        Ok(full)
+        Ok(relative)
     }
+
+    /// The data directory as a capability (created if missing): every file a task opens is
+    /// opened through it, and cap-std resolves each path beneath it at open time (with
+    /// `openat2(RESOLVE_BENEATH)` where the kernel has it), so no `..`, absolute path or
+    /// symlink, even one swapped in after a check, leads outside.
+    pub fn dir(&self) -> std::io::Result<cap_std::fs::Dir> {
+        std::fs::create_dir_all(&self.data_dir)?;
+        cap_std::fs::Dir::open_ambient_dir(&self.data_dir, cap_std::ambient_authority())
+    }
+}
+
+/// What opening `path` (the value of `field`) through [`Env::dir`] failing means to a client.
+pub fn path_error(field: &str, path: &str, error: &std::io::Error) -> ParamError {
+    let message = match error.kind() {
+        std::io::ErrorKind::NotFound => {
+            format!("{field} {path:?} does not exist in the data directory")
+        }
+        // cap-std's refusal of a path that escapes the directory.
+        std::io::ErrorKind::PermissionDenied => {
+            format!("{field} {path:?} leads outside the data directory")
+        }
+        // Making its directories met something that is not one here.
+        std::io::ErrorKind::AlreadyExists => format!(
+            "{field} {path:?} passes through something that is not a directory of the data \
+             directory (a file, or a link leading outside)"
+        ),
+        _ => format!("{field} {path:?} cannot be opened: {error}"),
+    };
+    ParamError::new(field, message)
+}
+
+/// The directory name of `owner` under `subjects/`: the owner itself when it is a plain name,
+/// else a hash of it (`~` never starts a plain name, so the two forms cannot collide).
+fn owner_dir_name(owner: &str) -> String {
+    let plain = (1..=64).contains(&owner.len())
+        && !owner.starts_with('.')
+        && owner
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'));
+    if plain {
+        return owner.to_owned();
+    }
+    use sha2::{Digest, Sha256};
+    format!("~{}", &hex::encode(Sha256::digest(owner.as_bytes()))[..32])
 }
 
 /// A task's first checkpoint and how many units of work it has in all.
@@ -149,6 +193,13 @@ pub trait TaskKind: KindSpec {
     /// client as an invalid-parameters error: name the field and what is allowed.
     fn plan(&self, params: &Self::Params, env: &Env) -> Result<Plan<Self::State>, ParamError>;
 
+    /// What only one unfinished task may hold at a time, as the parameter that names it and
+    /// its value (e.g. the destination file a task writes): a second task naming it is refused
+    /// while the first is unfinished. Resolved within the owner's data directory.
+    fn exclusive(&self, _params: &Self::Params, _env: &Env) -> Option<(&'static str, String)> {
+        None
+    }
+
     /// Makes effects outside SQLite match `state` before the first step of a run (e.g. truncate
     /// an output file back to the checkpointed length).
     fn restore(
@@ -188,6 +239,8 @@ pub struct Planned {
     pub params: Value,
     pub checkpoint: Value,
     pub total: u64,
+    /// [`TaskKind::exclusive`].
+    pub exclusive: Option<(&'static str, String)>,
 }
 
 /// [`TaskKind`] without its types, so kinds of different types share one registry.
@@ -227,6 +280,7 @@ impl<K: TaskKind> ErasedKind for Erased<K> {
             params: json(serde_json::to_value(&params))?,
             checkpoint: json(serde_json::to_value(&plan.state))?,
             total: plan.total,
+            exclusive: self.0.exclusive(&params, env),
         })
     }
 
@@ -246,15 +300,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn paths_outside_the_data_directory_are_refused() {
-        let dir = tempfile::tempdir().unwrap();
+    fn paths_are_checked_before_anything_is_opened() {
         let env = Env {
-            data_dir: dir.path().to_owned(),
+            data_dir: PathBuf::from("/data"),
             time_scale: 1.0,
+            per_owner: false,
         };
-        assert!(env.resolve("destination_path", "out/a.jsonl").is_ok());
         assert_eq!(
-            env.resolve("destination_path", "../etc/passwd")
+            env.relative("destination_path", "./out/./a.jsonl").unwrap(),
+            Path::new("out/a.jsonl")
+        );
+        assert_eq!(
+            env.relative("destination_path", "../etc/passwd")
                 .unwrap_err(),
             ParamError::new(
                 "destination_path",
@@ -262,15 +319,44 @@ mod tests {
             )
         );
         assert_eq!(
-            env.resolve("source_path", "/etc/passwd")
+            env.relative("source_path", "/etc/passwd")
                 .unwrap_err()
                 .message,
             "source_path \"/etc/passwd\" must be relative to the data directory, not absolute"
         );
-        std::os::unix::fs::symlink("/tmp", dir.path().join("escape")).unwrap();
+        assert!(env.relative("source_path", "./").is_err());
+    }
+
+    #[test]
+    fn each_owner_gets_a_directory_no_other_name_maps_to() {
+        let env = Env {
+            data_dir: PathBuf::from("/data"),
+            time_scale: 1.0,
+            per_owner: true,
+        };
         assert_eq!(
-            env.resolve("source_path", "escape/x").unwrap_err().message,
-            "source_path \"escape/x\" leads outside the data directory"
+            env.for_owner("alice@example.com").data_dir,
+            Path::new("/data/subjects/alice@example.com")
         );
+        let odd = env.for_owner("auth0|42/../x").data_dir;
+        assert!(
+            odd.to_str().unwrap().starts_with("/data/subjects/~"),
+            "{odd:?}"
+        );
+        assert_eq!(
+            odd.components().count(),
+            4,
+            "one component under subjects: {odd:?}"
+        );
+        assert_ne!(env.for_owner("..").data_dir, Path::new("/data"));
+        assert!(
+            !env.for_owner("x").per_owner,
+            "an owner's directory has no subdirectories"
+        );
+        let shared = Env {
+            per_owner: false,
+            ..env
+        };
+        assert_eq!(shared.for_owner("alice").data_dir, Path::new("/data"));
     }
 }

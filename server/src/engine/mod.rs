@@ -23,12 +23,12 @@ use tokio::sync::{OwnedSemaphorePermit, broadcast, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use kind::{Env, KindInfo, Plan, Step, StepError, TaskKind};
+pub use kind::{Env, KindInfo, Plan, Step, StepError, TaskKind, path_error};
 use kind::{Erased, ErasedKind};
 use runner::RunContext;
 
 pub use crate::store::{Change, Claimant, StoreError, TaskHandle};
-use crate::store::{NewTask, Store, Transition};
+use crate::store::{NewTask, Refusal, Store, Transition};
 
 /// How many events a slow subscriber may fall behind before it must resynchronise from the store.
 const EVENT_BUFFER: usize = 1024;
@@ -50,8 +50,25 @@ pub enum EngineError {
         task_id: String,
         status: TaskStatus,
     },
+    /// The owner has as many unfinished tasks as it may.
+    #[error(
+        "you have {limit} unfinished tasks, the most one owner may have \
+         (--max-tasks-per-owner); wait for some to finish or cancel some"
+    )]
+    TooManyTasks { limit: u64 },
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(StoreError),
+}
+
+impl From<StoreError> for EngineError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Refused(Refusal::OwnerLimit { limit }) => {
+                EngineError::TooManyTasks { limit }
+            }
+            other => EngineError::Store(other),
+        }
+    }
 }
 
 /// How loud a [`Milestone`] is.
@@ -107,6 +124,14 @@ impl TaskEvent {
     }
 }
 
+/// A validated task ready to store, with its kind and the parameter naming what it holds
+/// exclusively (if anything).
+struct Prepared {
+    kind: Arc<dyn ErasedKind>,
+    task: NewTask,
+    exclusive_field: Option<&'static str>,
+}
+
 /// Engine settings.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -117,6 +142,8 @@ pub struct EngineConfig {
     /// This node's id and lease length: a task it advances is leased to it, renewed every
     /// third of the lease while it runs.
     pub claimant: Claimant,
+    /// Unfinished (pending, running, paused) tasks one owner may have; more are refused.
+    pub max_tasks_per_owner: u64,
 }
 
 /// Collects the task kinds before the engine starts.
@@ -157,6 +184,7 @@ impl EngineBuilder {
                 shutdown,
                 secret,
                 claimant: config.claimant,
+                max_tasks_per_owner: config.max_tasks_per_owner,
             }),
         };
         let admitter = engine.inner.clone();
@@ -215,6 +243,7 @@ pub(crate) struct Inner {
     shutdown: CancellationToken,
     secret: [u8; 32],
     claimant: Claimant,
+    max_tasks_per_owner: u64,
 }
 
 struct Worker {
@@ -557,19 +586,56 @@ impl Engine {
         TaskWatch(receiver)
     }
 
+    /// Validates `params` for `kind` in `owner`'s environment: the task to store, refused if
+    /// `owner` is at its limit or another unfinished task holds what it needs exclusively.
     fn planned(
         &self,
         kind: &str,
+        owner: &str,
+        id: impl FnOnce(&Value) -> String,
         params: Value,
-    ) -> Result<(Arc<dyn ErasedKind>, kind::Planned), EngineError> {
+    ) -> Result<Prepared, EngineError> {
         let erased = self
             .inner
             .kinds
             .get(kind)
             .cloned()
             .ok_or_else(|| EngineError::UnknownKind(kind.to_owned()))?;
-        let planned = erased.plan(params, &self.inner.env)?;
-        Ok((erased, planned))
+        let planned = erased.plan(params, &self.inner.env.for_owner(owner))?;
+        let (field, exclusive) = planned.exclusive.unzip();
+        let task = NewTask {
+            id: id(&planned.params),
+            kind: erased.name().to_owned(),
+            owner: owner.to_owned(),
+            params: planned.params,
+            total: planned.total,
+            checkpoint: planned.checkpoint,
+            exclusive,
+            owner_limit: self.inner.max_tasks_per_owner,
+        };
+        Ok(Prepared {
+            kind: erased,
+            task,
+            exclusive_field: field,
+        })
+    }
+
+    /// What storing a task refused because another holds its exclusive resource tells the
+    /// caller: the field that names it, and the task that holds it.
+    fn held(error: StoreError, field: Option<&'static str>, params: &Value) -> EngineError {
+        match (error, field) {
+            (StoreError::Refused(Refusal::Held { task_id, .. }), Some(field)) => {
+                let value = params[field].as_str().unwrap_or_default();
+                EngineError::InvalidParams(ParamError::new(
+                    field,
+                    format!(
+                        "{field} {value:?} is in use by unfinished task {task_id}; wait for it \
+                         to finish, cancel it, or choose another {field}"
+                    ),
+                ))
+            }
+            (error, _) => error.into(),
+        }
     }
 
     /// Validates and stores a new task, then starts advancing it in the background.
@@ -579,16 +645,18 @@ impl Engine {
         owner: &str,
         params: Value,
     ) -> Result<TaskInfo, EngineError> {
-        let (erased, planned) = self.planned(kind, params)?;
-        let task = NewTask {
-            id: uuid::Uuid::new_v4().to_string(),
-            kind: erased.name().to_owned(),
-            owner: owner.to_owned(),
-            params: planned.params,
-            total: planned.total,
-            checkpoint: planned.checkpoint,
-        };
-        let info = self.inner.store.insert_task(task).await?;
+        let Prepared {
+            kind: erased,
+            task,
+            exclusive_field: field,
+        } = self.planned(kind, owner, |_| uuid::Uuid::new_v4().to_string(), params)?;
+        let params = task.params.clone();
+        let info = self
+            .inner
+            .store
+            .insert_task(task)
+            .await
+            .map_err(|e| Self::held(e, field, &params))?;
         tracing::info!(task_id = %info.task_id, kind, owner, "task created");
         self.inner.publish(TaskEvent::changed(info.clone()));
         self.inner.spawn_worker(info.task_id.clone(), erased.name());
@@ -605,17 +673,23 @@ impl Engine {
         owner: &str,
         params: Value,
     ) -> Result<TaskInfo, EngineError> {
-        let (erased, planned) = self.planned(kind, params)?;
-        let id = self.derive_id(kind, owner, &planned.params);
-        let task = NewTask {
-            id,
-            kind: erased.name().to_owned(),
-            owner: owner.to_owned(),
-            params: planned.params,
-            total: planned.total,
-            checkpoint: planned.checkpoint,
-        };
-        let (info, created) = self.inner.store.insert_or_get_task(task).await?;
+        let Prepared {
+            kind: erased,
+            task,
+            exclusive_field: field,
+        } = self.planned(
+            kind,
+            owner,
+            |params| self.derive_id(kind, owner, params),
+            params,
+        )?;
+        let params = task.params.clone();
+        let (info, created) = self
+            .inner
+            .store
+            .insert_or_get_task(task)
+            .await
+            .map_err(|e| Self::held(e, field, &params))?;
         if created {
             tracing::info!(task_id = %info.task_id, kind, owner, "task created");
             self.inner.publish(TaskEvent::changed(info.clone()));

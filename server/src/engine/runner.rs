@@ -83,7 +83,8 @@ async fn advance<K: TaskKind>(kind: Arc<Erased<K>>, ctx: RunContext) {
             .await;
         }
     };
-    if let Err(e) = kind.kind().restore(&params, &state, &engine.env) {
+    let env = engine.env.for_owner(&row.info.owner);
+    if let Err(e) = kind.kind().restore(&params, &state, &env) {
         return fail(
             &engine,
             id,
@@ -100,7 +101,7 @@ async fn advance<K: TaskKind>(kind: Arc<Erased<K>>, ctx: RunContext) {
                 tracing::debug!(task_id = id, step, "worker stopped between steps");
                 return;
             }
-            outcome = kind.kind().step(&params, &state, &engine.env) => outcome,
+            outcome = kind.kind().step(&params, &state, &env) => outcome,
         };
         let (next, progress, message, output) = match outcome {
             Ok(Step::Continue {

@@ -7,6 +7,7 @@
 //! tower-http's, answered as `body_limit` says, and every error the HTTP layer answers itself
 //! is an [`ApiError`](crate::mcp::error::ApiError) turned into a response.
 
+mod authorize;
 mod body_limit;
 mod origin;
 mod resume;
@@ -35,12 +36,14 @@ use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::services::{ServeDir, ServeFile};
 use tower_http::trace::TraceLayer;
 
+use crate::auth::Verifier;
 use crate::config::Config;
 use crate::engine::{Claimant, Engine, EngineConfig, Env};
 use crate::kinds;
 use crate::mcp::{CLIENT_ID_HEADER, DurableServer, Shared, TaskTtl, legacy_capability, relay};
 use crate::store::Store;
 use crate::streams::StreamStore;
+use authorize::AuthState;
 use resume::ResumeState;
 
 /// Browser origins always accepted: pages served from this machine (the dashboard itself, or
@@ -59,6 +62,14 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
+    let verifier = match &config.auth {
+        Some(auth) => Some(
+            Verifier::load(auth.clone())
+                .await
+                .context("loading the authorization server's keys")?,
+        ),
+        None => None,
+    };
     let store = Store::connect(&config.database, &config.node_id)
         .await
         .with_context(|| format!("opening the {}", config.database))?;
@@ -69,12 +80,14 @@ pub async fn run(
                 env: Env {
                     data_dir: config.data_dir.clone(),
                     time_scale: config.time_scale,
+                    per_owner: config.auth.is_some(),
                 },
                 max_running: config.max_running_tasks,
                 claimant: Claimant {
                     node: config.node_id.clone(),
                     ttl: config.lease_ttl,
                 },
+                max_tasks_per_owner: config.limits.tasks_per_owner,
             },
             shutdown.child_token(),
         )
@@ -95,7 +108,14 @@ pub async fn run(
         .context("announcing this process to the other nodes")?;
     relay::relay_orphaned_calls(engine.clone(), streams.clone(), shutdown.child_token()).await;
 
-    let app = router(&config, engine.clone(), streams, sessions, shutdown.clone());
+    let app = router(
+        &config,
+        engine.clone(),
+        streams,
+        sessions,
+        verifier,
+        shutdown.clone(),
+    );
     let server = axum::serve(
         listener.tap_io(|stream| {
             // rmcp writes SSE replies in small pieces; without NODELAY each waits ~40 ms for a
@@ -173,6 +193,7 @@ fn router(
     engine: Engine,
     streams: StreamStore,
     sessions: Arc<LocalSessionManager>,
+    verifier: Option<Arc<Verifier>>,
     shutdown: CancellationToken,
 ) -> Router {
     let origins: Vec<String> = LOOPBACK_ORIGINS
@@ -204,6 +225,7 @@ fn router(
         streams.clone(),
         task_ttl,
         config.notification_buffer,
+        config.limits.clone(),
         shutdown.clone(),
     );
     // rmcp's service clones itself for every request it serves, configuration and all (its
@@ -215,10 +237,11 @@ fn router(
         sessions,
         transport,
     ));
+    let auth = AuthState::new(verifier.clone(), streams.clone(), config.limits.clone());
     let resume = ResumeState {
         streams,
+        max_streams: config.limits.streams_per_session,
         sse_retry: config.sse_retry,
-        origins: Arc::new(origins.clone()),
         added_capabilities: Arc::new(
             [("tasks".to_owned(), legacy_capability())]
                 .into_iter()
@@ -226,30 +249,44 @@ fn router(
         ),
     };
 
-    guarded(
+    let mut app = guarded(
         Router::new().route(
             "/mcp",
             any(move |request: Request| async move { mcp.handle(request).await }),
         ),
+        auth,
         resume,
         config.max_body_bytes,
-    )
-    .route("/healthz", get(|| async { "ok" }))
-    .fallback_service(dashboard(config))
-    .layer(cors(&origins))
-    .layer(TraceLayer::new_for_http())
+    );
+    if let Some(verifier) = verifier {
+        let metadata = Router::new()
+            .route(authorize::METADATA_PATH, get(authorize::metadata))
+            .route(
+                &format!("{}/mcp", authorize::METADATA_PATH),
+                get(authorize::metadata),
+            )
+            .with_state(verifier);
+        app = app.merge(metadata);
+    }
+    app.route("/healthz", get(|| async { "ok" }))
+        .fallback_service(dashboard(config))
+        .layer(cors(&origins))
+        .layer(TraceLayer::new_for_http())
 }
 
-/// `mcp`'s routes behind the middleware, outermost first: resumable streams, the answer to a
-/// body over the limit, the limit itself, the task-request adaptation (which reads the body).
-fn guarded(mcp: Router, resume: ResumeState, max_body_bytes: usize) -> Router {
+/// `mcp`'s routes behind the middleware, outermost first: authorization and the request
+/// limits, resumable streams, the answer to a body over the limit, the limit itself, the
+/// scopes a body's requests need, the task-request adaptation (both read the body).
+fn guarded(mcp: Router, auth: AuthState, resume: ResumeState, max_body_bytes: usize) -> Router {
     mcp.route_layer(from_fn_with_state(
         resume.streams.clone(),
         task_requests::adapt_task_requests,
     ))
+    .route_layer(axum::middleware::from_fn(authorize::require_scopes))
     .route_layer(RequestBodyLimitLayer::new(max_body_bytes))
     .route_layer(from_fn_with_state(max_body_bytes, body_limit::too_large))
     .route_layer(from_fn_with_state(resume, resume::resumable))
+    .route_layer(from_fn_with_state(auth, authorize::authorize))
 }
 
 /// CORS for browser clients on other allowed origins (same-origin pages need none). Exposes
@@ -266,6 +303,7 @@ fn cors(origins: &[String]) -> CorsLayer {
         .allow_headers([
             header::CONTENT_TYPE,
             header::ACCEPT,
+            header::AUTHORIZATION,
             HeaderName::from_static("mcp-session-id"),
             HeaderName::from_static("mcp-protocol-version"),
             HeaderName::from_static("last-event-id"),
@@ -273,7 +311,10 @@ fn cors(origins: &[String]) -> CorsLayer {
             HeaderName::from_static("mcp-name"),
             HeaderName::from_static(CLIENT_ID_HEADER),
         ])
-        .expose_headers([HeaderName::from_static("mcp-session-id")])
+        .expose_headers([
+            HeaderName::from_static("mcp-session-id"),
+            header::WWW_AUTHENTICATE,
+        ])
 }
 
 /// The built dashboard with single-page-app fallback, or a page saying how to build it.
@@ -319,14 +360,15 @@ mod tests {
 
     /// `guarded` in front of a `/mcp` that echoes the body it receives.
     fn echo(streams: StreamStore) -> Router {
+        let auth = AuthState::new(None, streams.clone(), Default::default());
         let resume = ResumeState {
             streams,
+            max_streams: 64,
             sse_retry: Duration::from_millis(500),
-            origins: Arc::new(Vec::new()),
             added_capabilities: Arc::default(),
         };
         let mcp = Router::new().route("/mcp", post(|body: Bytes| async move { body }));
-        guarded(mcp, resume, LIMIT)
+        guarded(mcp, auth, resume, LIMIT)
     }
 
     async fn send(app: &mut Router, body: Body, length: Option<usize>) -> (StatusCode, Bytes) {

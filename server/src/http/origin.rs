@@ -8,8 +8,10 @@ pub(super) fn allowed(patterns: &[String], origin: &str) -> bool {
         .any(|pattern| origin_matches(pattern, origin))
 }
 
-/// `pattern` is an origin, optionally with `:*` for any port.
+/// `pattern` is an origin, optionally with `:*` for any port. Scheme and host compare without
+/// regard to case, as rmcp compares them (RFC 6454 origins are lowercase).
 fn origin_matches(pattern: &str, origin: &str) -> bool {
+    let (pattern, origin) = (pattern.to_ascii_lowercase(), origin.to_ascii_lowercase());
     match pattern.strip_suffix(":*") {
         Some(prefix) => origin.strip_prefix(prefix).is_some_and(|rest| {
             rest.is_empty()
@@ -17,7 +19,7 @@ fn origin_matches(pattern: &str, origin: &str) -> bool {
                     .strip_prefix(':')
                     .is_some_and(|port| port.parse::<u16>().is_ok())
         }),
-        None => pattern == origin,
+        None => *pattern == origin,
     }
 }
 
@@ -43,6 +45,10 @@ mod tests {
         assert!(origin_matches(
             "https://ops.example.com",
             "https://ops.example.com"
+        ));
+        assert!(origin_matches(
+            "http://localhost:*",
+            "HTTP://LocalHost:8081"
         ));
         assert!(!origin_matches(
             "https://ops.example.com",

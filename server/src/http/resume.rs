@@ -29,7 +29,6 @@ use durable_shared::sse::SseEvent;
 use futures::StreamExt;
 use serde_json::{Map, Value};
 
-use super::origin;
 use crate::mcp::error::ApiError;
 use crate::streams::{EventId, OpenStream, StreamStore, negotiated, wants_priming};
 use crate::streams::{NewEvent, StoreError};
@@ -41,10 +40,10 @@ const LAST_EVENT_ID_HEADER: &str = "last-event-id";
 #[derive(Clone)]
 pub struct ResumeState {
     pub streams: StreamStore,
+    /// SSE responses one session may have open at once.
+    pub max_streams: usize,
     /// The `retry:` hint of priming events.
     pub sse_retry: Duration,
-    /// The allowed browser origins (rmcp answers foreign ones with 403 itself).
-    pub origins: std::sync::Arc<Vec<String>>,
     /// Capabilities added to the initialize answers of sessions on 2025-11-25 or later: the MCP
     /// layer's that rmcp does not model (the Tasks utility's `tasks`).
     pub added_capabilities: std::sync::Arc<Map<String, Value>>,
@@ -61,9 +60,6 @@ pub async fn resumable(State(state): State<ResumeState>, request: Request, next:
     let session = header_str(&request, SESSION_HEADER).map(str::to_owned);
     let method = request.method().clone();
     let last_event_id = header_str(&request, LAST_EVENT_ID_HEADER).map(str::to_owned);
-    let origin_ok = header_str(&request, header::ORIGIN.as_str())
-        .is_none_or(|origin| origin::allowed(&state.origins, origin));
-
     let mut version = None;
     if let Some(session) = &session {
         version = state.streams.session_version(session).await;
@@ -71,8 +67,24 @@ pub async fn resumable(State(state): State<ResumeState>, request: Request, next:
             state.streams.saw(session);
         }
     }
+    if let (Some(session), Some(_)) = (&session, version)
+        && method != Method::DELETE
+        && state.streams.open_streams(session) >= state.max_streams
+    {
+        let limit = state.max_streams;
+        return super::authorize::too_many(
+            "max_streams_per_session",
+            format!(
+                "this session has {limit} streams open, the most one session may have \
+                 (--max-streams-per-session); close one or wait for an answer to finish"
+            ),
+            1,
+        );
+    }
+    // Every resumption is checked, whatever else the request carries (a protocol version
+    // rmcp would serve without a session, an Origin rmcp matches differently): rmcp itself
+    // replays any stream to anyone who names it.
     if method == Method::GET
-        && origin_ok
         && let Some(last_event_id) = &last_event_id
     {
         let caller = match (&session, version) {
@@ -237,8 +249,14 @@ fn resume_verdict(
                     .into(),
             );
         }
-        // rmcp answers it with 404, which tells the client to initialize again.
-        Caller::Unknown => return Resume::Pass,
+        // As rmcp answers an unknown session: the client initializes again. (rmcp would replay
+        // the stream of a request that names a 2026-07-28 protocol, session or not.)
+        Caller::Unknown => {
+            return Resume::Refuse(
+                StatusCode::NOT_FOUND,
+                "session not found; initialize a new session".into(),
+            );
+        }
         Caller::Known(session) => session,
     };
     let id = match id {
@@ -524,11 +542,11 @@ mod tests {
                 Some(StatusCode::BAD_REQUEST),
             ),
             (
-                "unknown session: rmcp's 404",
+                "unknown session: 404, as rmcp answers it",
                 Caller::Unknown,
                 Ok(&id),
                 None,
-                None,
+                Some(StatusCode::NOT_FOUND),
             ),
             (
                 "malformed id",

@@ -9,9 +9,11 @@
 //! so a pause or cancel can never interrupt it half-way, and the batch is fsynced before its
 //! checkpoint commits.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+
+use cap_std::fs::{Dir, OpenOptions};
 
 use durable_shared::kinds::{DataMigration, MigrationParams, ParamError};
 use durable_shared::results::MigrationResult;
@@ -20,7 +22,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use super::splitmix64;
-use crate::engine::{Env, Plan, Step, StepError, TaskKind};
+use crate::engine::{Env, Plan, Step, StepError, TaskKind, path_error};
 
 const BATCH: u64 = 100;
 /// Reference pacing: one second per batch.
@@ -91,14 +93,14 @@ fn sample_record(name: &str, index: u64) -> Value {
     }
 }
 
-/// Reads up to `count` records starting at byte `offset`; returns them and the offset after.
+/// Reads up to `count` records of `file` starting at byte `offset`; returns them and the offset
+/// after.
 fn read_file_records(
-    path: &Path,
+    mut file: File,
     format: SourceFormat,
     offset: u64,
     count: u64,
 ) -> Result<(Vec<Value>, u64), StepError> {
-    let mut file = File::open(path)?;
     match format {
         SourceFormat::Csv => {
             let mut reader = csv::Reader::from_reader(file);
@@ -160,11 +162,18 @@ fn read_file_records(
     }
 }
 
-fn count_file_records(path: &Path, format: SourceFormat, limit: u64) -> Result<u64, ParamError> {
+fn count_file_records(
+    dir: &Dir,
+    path: &Path,
+    format: SourceFormat,
+    limit: u64,
+) -> Result<u64, ParamError> {
     let mut offset = 0;
     let mut counted = 0;
     while counted < limit {
-        let (records, next) = read_file_records(path, format, offset, 10_000.min(limit - counted))
+        let file = open_source(dir, path)
+            .map_err(|e| ParamError::new("source_path", format!("cannot read source_path: {e}")))?;
+        let (records, next) = read_file_records(file, format, offset, 10_000.min(limit - counted))
             .map_err(|e| ParamError::new("source_path", format!("cannot read source_path: {e}")))?;
         if records.is_empty() {
             break;
@@ -175,15 +184,40 @@ fn count_file_records(path: &Path, format: SourceFormat, limit: u64) -> Result<u
     Ok(counted)
 }
 
-/// The source file (none for a generator) and the destination, inside the data directory.
+/// The source file (none for a generator) and the destination, relative to the data
+/// directory, which every open goes through.
 fn paths(params: &MigrationParams, env: &Env) -> Result<(Option<PathBuf>, PathBuf), ParamError> {
     let format = source_format(&params.source_path)?;
     let source = match format {
         SourceFormat::Sample(_) => None,
-        _ => Some(env.resolve("source_path", &params.source_path)?),
+        _ => Some(env.relative("source_path", &params.source_path)?),
     };
-    let destination = env.resolve("destination_path", &params.destination_path)?;
+    let destination = env.relative("destination_path", &params.destination_path)?;
     Ok((source, destination))
+}
+
+fn data_dir(env: &Env) -> Result<Dir, StepError> {
+    env.dir()
+        .map_err(|e| StepError(format!("the data directory is unusable: {e}")))
+}
+
+fn open_source(dir: &Dir, path: &Path) -> std::io::Result<File> {
+    Ok(dir.open(path)?.into_std())
+}
+
+/// The destination opened for writing (created if missing, with its directories).
+fn open_destination(dir: &Dir, path: &Path) -> std::io::Result<File> {
+    if let Some(parent) = path
+        .parent()
+        .filter(|parent| !parent.as_os_str().is_empty())
+    {
+        dir.create_dir_all(parent)?;
+    }
+    let file = dir.open_with(
+        path,
+        OpenOptions::new().create(true).truncate(false).write(true),
+    )?;
+    Ok(file.into_std())
 }
 
 impl TaskKind for DataMigration {
@@ -195,7 +229,10 @@ impl TaskKind for DataMigration {
         env: &Env,
     ) -> Result<Plan<MigrationState>, ParamError> {
         let (source, destination) = paths(params, env)?;
-        if destination.is_dir() {
+        let dir = env
+            .dir()
+            .map_err(|e| ParamError::general(format!("the data directory is unusable: {e}")))?;
+        if dir.metadata(&destination).is_ok_and(|meta| meta.is_dir()) {
             return Err(ParamError::new(
                 "destination_path",
                 format!(
@@ -211,17 +248,18 @@ impl TaskKind for DataMigration {
                     "source_path and destination_path must differ",
                 ));
             }
-            if !source.is_file() {
-                return Err(ParamError::new(
-                    "source_path",
-                    format!(
-                        "source_path {:?} does not exist in the data directory",
-                        params.source_path
-                    ),
-                ));
+            match dir.metadata(&source) {
+                Ok(meta) if meta.is_file() => {}
+                Ok(_) => {
+                    return Err(ParamError::new(
+                        "source_path",
+                        format!("source_path {:?} is not a file", params.source_path),
+                    ));
+                }
+                Err(e) => return Err(path_error("source_path", &params.source_path, &e)),
             }
             let format = source_format(&params.source_path)?;
-            let available = count_file_records(&source, format, params.record_count)?;
+            let available = count_file_records(&dir, &source, format, params.record_count)?;
             if available < params.record_count {
                 return Err(ParamError::new(
                     "record_count",
@@ -242,6 +280,17 @@ impl TaskKind for DataMigration {
         })
     }
 
+    /// Two unfinished tasks writing one file would interleave their batches.
+    fn exclusive(&self, params: &MigrationParams, env: &Env) -> Option<(&'static str, String)> {
+        let destination = env
+            .relative("destination_path", &params.destination_path)
+            .ok()?;
+        Some((
+            "destination_path",
+            env.data_dir.join(destination).display().to_string(),
+        ))
+    }
+
     fn restore(
         &self,
         params: &MigrationParams,
@@ -249,14 +298,9 @@ impl TaskKind for DataMigration {
         env: &Env,
     ) -> Result<(), StepError> {
         let (_, destination) = paths(params, env)?;
-        if let Some(parent) = destination.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&destination)?;
+        let file = open_destination(&data_dir(env)?, &destination).map_err(|e| {
+            StepError(path_error("destination_path", &params.destination_path, &e).message)
+        })?;
         let length = file.metadata()?.len();
         if length < state.destination_bytes {
             return Err(StepError(format!(
@@ -280,6 +324,7 @@ impl TaskKind for DataMigration {
         env.pace(SECONDS_PER_BATCH).await;
         // From here to the end, no await: the batch's I/O cannot be interrupted half-way.
         let (source, destination) = paths(params, env)?;
+        let dir = data_dir(env)?;
         let count = BATCH.min(params.record_count - state.records_done);
         let (records, source_offset) = match source_format(&params.source_path)? {
             SourceFormat::Sample(name) => (
@@ -291,7 +336,12 @@ impl TaskKind for DataMigration {
             format => {
                 let source =
                     source.ok_or_else(|| StepError("file source without a path".into()))?;
-                read_file_records(&source, format, state.source_offset, count)?
+                read_file_records(
+                    open_source(&dir, &source)?,
+                    format,
+                    state.source_offset,
+                    count,
+                )?
             }
         };
         if (records.len() as u64) < count {
@@ -306,7 +356,9 @@ impl TaskKind for DataMigration {
             serde_json::to_writer(&mut batch, record)?;
             batch.push(b'\n');
         }
-        let mut file = OpenOptions::new().write(true).open(&destination)?;
+        let mut file = dir
+            .open_with(&destination, OpenOptions::new().write(true))?
+            .into_std();
         file.seek(SeekFrom::Start(state.destination_bytes))?;
         file.write_all(&batch)?;
         file.sync_data()?;
@@ -328,7 +380,7 @@ impl TaskKind for DataMigration {
             });
         }
         let mut hasher = Sha256::new();
-        let mut written = File::open(&destination)?;
+        let mut written = dir.open(&destination)?.into_std();
         let mut buffer = vec![0; 64 * 1024];
         loop {
             let read = written.read(&mut buffer)?;
@@ -364,7 +416,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let csv = dir.path().join("in.csv");
         std::fs::write(&csv, "id,name\n1,a\n2,\"b, with comma\"\n3,c\n").unwrap();
-        let (first, offset) = read_file_records(&csv, SourceFormat::Csv, 0, 2).unwrap();
+        let open = |path: &Path| File::open(path).unwrap();
+        let (first, offset) = read_file_records(open(&csv), SourceFormat::Csv, 0, 2).unwrap();
         assert_eq!(
             first,
             vec![
@@ -372,18 +425,125 @@ mod tests {
                 json!({"id": "2", "name": "b, with comma"})
             ]
         );
-        let (rest, _) = read_file_records(&csv, SourceFormat::Csv, offset, 10).unwrap();
+        let (rest, _) = read_file_records(open(&csv), SourceFormat::Csv, offset, 10).unwrap();
         assert_eq!(rest, vec![json!({"id": "3", "name": "c"})]);
 
         let jsonl = dir.path().join("in.jsonl");
         std::fs::write(&jsonl, "{\"a\":1}\n\n{\"a\":2}\n{\"a\":3}\n").unwrap();
-        let (first, offset) = read_file_records(&jsonl, SourceFormat::Jsonl, 0, 2).unwrap();
+        let (first, offset) = read_file_records(open(&jsonl), SourceFormat::Jsonl, 0, 2).unwrap();
         assert_eq!(first, vec![json!({"a": 1}), json!({"a": 2})]);
-        let (rest, _) = read_file_records(&jsonl, SourceFormat::Jsonl, offset, 10).unwrap();
+        let (rest, _) = read_file_records(open(&jsonl), SourceFormat::Jsonl, offset, 10).unwrap();
         assert_eq!(rest, vec![json!({"a": 3})]);
         assert_eq!(
-            count_file_records(&jsonl, SourceFormat::Jsonl, 100).unwrap(),
+            count_file_records(
+                &Dir::open_ambient_dir(dir.path(), cap_std::ambient_authority()).unwrap(),
+                Path::new("in.jsonl"),
+                SourceFormat::Jsonl,
+                100
+            )
+            .unwrap(),
             3
         );
+    }
+
+    /// A subject's directory with a secret file beside it, outside.
+    fn tenant() -> (tempfile::TempDir, Env) {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::write(root.path().join("secret.jsonl"), "{\"secret\":1}\n").unwrap();
+        std::fs::create_dir(root.path().join("elsewhere")).unwrap();
+        let env = Env {
+            data_dir: root.path().join("subject"),
+            time_scale: 0.0,
+            per_owner: false,
+        };
+        std::fs::create_dir(&env.data_dir).unwrap();
+        (root, env)
+    }
+
+    fn params(source: &str, destination: &str) -> MigrationParams {
+        MigrationParams {
+            source_path: source.into(),
+            destination_path: destination.into(),
+            record_count: 1,
+        }
+    }
+
+    fn refused(env: &Env, source: &str, destination: &str) -> ParamError {
+        DataMigration
+            .plan(&params(source, destination), env)
+            .unwrap_err()
+    }
+
+    #[test]
+    fn no_path_or_link_leads_out_of_the_subjects_directory() {
+        let (root, env) = tenant();
+        let outside = |name: &str| root.path().join(name);
+        let link = |target: &Path, name: &str| {
+            std::os::unix::fs::symlink(target, env.data_dir.join(name)).unwrap()
+        };
+        assert!(
+            refused(&env, "../secret.jsonl", "out.jsonl")
+                .message
+                .contains("'..'")
+        );
+        let absolute = outside("secret.jsonl").display().to_string();
+        assert!(
+            refused(&env, &absolute, "out.jsonl")
+                .message
+                .contains("not absolute")
+        );
+
+        link(&outside("secret.jsonl"), "existing.jsonl");
+        let error = refused(&env, "existing.jsonl", "out.jsonl");
+        assert_eq!(error.field.as_deref(), Some("source_path"));
+        assert!(error.message.contains("leads outside"), "{error:?}");
+
+        // A dangling link out: following it would create a file outside.
+        link(&outside("planted.jsonl"), "dangling.jsonl");
+        let plan = DataMigration.plan(&params("sample:customers", "dangling.jsonl"), &env);
+        let state = plan.map(|plan| plan.state);
+        let restored = state
+            .as_ref()
+            .map_err(|e| e.message.clone())
+            .and_then(|state| {
+                DataMigration
+                    .restore(&params("sample:customers", "dangling.jsonl"), state, &env)
+                    .map_err(|e| e.0)
+            });
+        assert!(restored.unwrap_err().contains("leads outside"));
+        assert!(!outside("planted.jsonl").exists());
+
+        link(&outside("elsewhere"), "linked-dir");
+        let error = refused(&env, "linked-dir/../secret.jsonl", "out.jsonl");
+        assert!(error.message.contains("'..'"), "{error:?}");
+        let ok = DataMigration.plan(&params("sample:customers", "linked-dir/out.jsonl"), &env);
+        let state = ok.unwrap().state;
+        let restored = DataMigration.restore(
+            &params("sample:customers", "linked-dir/out.jsonl"),
+            &state,
+            &env,
+        );
+        let error = restored.unwrap_err().0;
+        assert!(error.contains("link leading outside"), "{error}");
+        assert!(!outside("elsewhere/out.jsonl").exists());
+    }
+
+    /// A directory checked at planning time and swapped for a link out before the first step
+    /// still cannot be written through: every open is resolved beneath the directory.
+    #[test]
+    fn a_link_swapped_in_after_planning_is_not_followed_out() {
+        let (root, env) = tenant();
+        std::fs::create_dir(env.data_dir.join("out")).unwrap();
+        let params = params("sample:customers", "out/customers.jsonl");
+        let plan = DataMigration.plan(&params, &env).unwrap();
+        DataMigration.restore(&params, &plan.state, &env).unwrap();
+        std::fs::remove_dir_all(env.data_dir.join("out")).unwrap();
+        std::os::unix::fs::symlink(root.path().join("elsewhere"), env.data_dir.join("out"))
+            .unwrap();
+        let step = futures::executor::block_on(DataMigration.step(&params, &plan.state, &env));
+        assert!(step.is_err(), "the step wrote through the swapped link");
+        assert!(!root.path().join("elsewhere/customers.jsonl").exists());
+        assert!(DataMigration.restore(&params, &plan.state, &env).is_err());
+        assert!(!root.path().join("elsewhere/customers.jsonl").exists());
     }
 }

@@ -40,6 +40,12 @@ pub enum ApiError {
     /// The caller cancelled the request; any task it started goes on.
     #[error("{0}")]
     Cancelled(String),
+    /// A limit was reached: `limit` names it (as its flag does, without the dashes).
+    #[error("{message}")]
+    Limit {
+        limit: &'static str,
+        message: String,
+    },
     /// The server is stopping; ask again once it is back.
     #[error("{0}")]
     Unavailable(String),
@@ -66,6 +72,7 @@ impl ApiError {
             ApiError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::NotFound(_) | ApiError::ResourceNotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Limit { .. } => StatusCode::TOO_MANY_REQUESTS,
             _ => StatusCode::BAD_REQUEST,
         }
     }
@@ -102,6 +109,9 @@ impl From<ApiError> for McpError {
             ApiError::Http { message, .. } | ApiError::Cancelled(message) => {
                 McpError::invalid_request(message, None)
             }
+            ApiError::Limit { limit, message } => {
+                McpError::invalid_request(message, Some(json!({"limit": limit})))
+            }
             ApiError::Unavailable(message) => McpError::internal_error(message, None),
             ApiError::Store(e) if e.is_unavailable() => {
                 tracing::warn!(error = %e, "the database is unreachable");
@@ -131,6 +141,10 @@ impl From<EngineError> for ApiError {
                 ApiError::NotFound(error.to_string())
             }
             EngineError::InvalidState { .. } => ApiError::Conflict(error.to_string()),
+            EngineError::TooManyTasks { .. } => ApiError::Limit {
+                limit: "max_tasks_per_owner",
+                message: error.to_string(),
+            },
             EngineError::Store(e) => ApiError::Store(e),
         }
     }

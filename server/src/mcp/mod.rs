@@ -35,8 +35,12 @@ use tokio_util::sync::CancellationToken;
 
 use durable_shared::kinds::Offer;
 
-use crate::engine::Engine;
+use crate::auth::Principal;
+use crate::config::Limits;
+use crate::engine::{Engine, EngineError};
 use crate::streams::{PROTOCOL_VERSIONS, StreamStore};
+use durable_shared::kinds::ParamError;
+use error::ApiError;
 
 pub use durable_shared::CLIENT_ID_HEADER;
 pub use tasks::{
@@ -63,6 +67,7 @@ pub struct Shared {
     task_tools: Vec<(Tool, &'static str)>,
     /// Which sessions listen to which tasks.
     routes: Arc<routes::Routes>,
+    limits: Limits,
 }
 
 impl Shared {
@@ -73,6 +78,7 @@ impl Shared {
         streams: StreamStore,
         task_ttl: TaskTtl,
         notification_buffer: usize,
+        limits: Limits,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
         let mut tool_router = DurableServer::tool_router();
@@ -91,6 +97,7 @@ impl Shared {
             tool_router,
             task_tools,
             routes: routes::Routes::new(notification_buffer),
+            limits,
         });
         tokio::spawn(notify::route_events(shared.clone()));
         shared
@@ -127,9 +134,57 @@ impl DurableServer {
         self.session.route.key
     }
 
-    /// Resolves the caller's persistent client id: an explicit argument first, then the
-    /// `X-Client-Id` header, then the MCP session id (so a client that says nothing still owns
-    /// its tasks for the life of its session).
+    /// Who the request comes from. With authorization on: the token's subject, who sees all
+    /// tasks only with the operator scope. Without: the client id (below), and a single-user
+    /// local server shows every client everything.
+    fn caller(&self, ctx: &RequestContext<RoleServer>) -> Caller {
+        match principal(ctx) {
+            Some(principal) => {
+                let sees_all = principal.scopes.operator;
+                self.shared
+                    .routes
+                    .set_viewer(self.key(), &principal.subject, sees_all);
+                Caller {
+                    owner: principal.subject.clone(),
+                    sees_all,
+                }
+            }
+            None => Caller {
+                owner: self.client_id(None, ctx),
+                sees_all: true,
+            },
+        }
+    }
+
+    /// [`Self::caller`], for a request that may name its client id (`client_id` arguments):
+    /// with authorization on, naming anyone but oneself is refused.
+    fn caller_named(
+        &self,
+        explicit: Option<String>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Caller, ApiError> {
+        let explicit = explicit.filter(|id| !id.trim().is_empty());
+        let Some(principal) = principal(ctx) else {
+            return Ok(Caller {
+                owner: self.client_id(explicit, ctx),
+                sees_all: true,
+            });
+        };
+        match explicit {
+            Some(id) if id != principal.subject => Err(ApiError::InvalidParams(ParamError::new(
+                "client_id",
+                format!(
+                    "client_id {id:?} is not yours: with authorization on, your tasks belong to \
+                     your token's subject; leave client_id out"
+                ),
+            ))),
+            _ => Ok(self.caller(ctx)),
+        }
+    }
+
+    /// The persistent client id of a server without authorization: an explicit argument
+    /// first, then the `X-Client-Id` header, then the MCP session id (so a client that says
+    /// nothing still owns its tasks for the life of its session).
     fn client_id(&self, explicit: Option<String>, ctx: &RequestContext<RoleServer>) -> String {
         let parts = ctx.extensions.get::<axum::http::request::Parts>();
         let header = |name: &str| {
@@ -148,6 +203,49 @@ impl DurableServer {
         self.shared.routes.set_client(self.key(), &id);
         id
     }
+
+    /// The task `task_id` if the caller may see it; another owner's is as unknown as a task
+    /// that does not exist.
+    async fn visible_task(
+        &self,
+        task_id: &str,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<durable_shared::TaskInfo, EngineError> {
+        let task = self.shared.engine.get(task_id).await?;
+        if self.caller(ctx).may_see(&task.owner) {
+            Ok(task)
+        } else {
+            Err(EngineError::NotFound(task_id.to_owned()))
+        }
+    }
+}
+
+/// Who a request comes from, as far as ownership goes.
+pub(crate) struct Caller {
+    /// The owner of what it starts, and of the tasks it sees without `sees_all`.
+    owner: String,
+    /// Sees and steers every owner's tasks.
+    sees_all: bool,
+}
+
+impl Caller {
+    fn may_see(&self, owner: &str) -> bool {
+        self.sees_all || self.owner == owner
+    }
+
+    /// The owner a listing is restricted to; `None`: all.
+    fn filter(&self) -> Option<String> {
+        (!self.sees_all).then(|| self.owner.clone())
+    }
+}
+
+/// The authenticated principal of a request (see `http::authorize`); `None` without
+/// authorization.
+fn principal(ctx: &RequestContext<RoleServer>) -> Option<&Principal> {
+    ctx.extensions
+        .get::<axum::http::request::Parts>()?
+        .extensions
+        .get::<Principal>()
 }
 
 impl DurableServer {
@@ -233,8 +331,17 @@ impl ServerHandler for DurableServer {
                 .map(str::to_owned)
         };
         if let Some(session_id) = header("mcp-session-id") {
-            let client_id = header(CLIENT_ID_HEADER).unwrap_or_else(|| session_id.clone());
-            self.shared.routes.set_client(self.key(), &client_id);
+            match parts.and_then(|parts| parts.extensions.get::<Principal>()) {
+                Some(principal) => self.shared.routes.set_viewer(
+                    self.key(),
+                    &principal.subject,
+                    principal.scopes.operator,
+                ),
+                None => {
+                    let client_id = header(CLIENT_ID_HEADER).unwrap_or_else(|| session_id.clone());
+                    self.shared.routes.set_client(self.key(), &client_id);
+                }
+            }
             match self.shared.streams.subscriptions(&session_id).await {
                 Ok(uris) => {
                     for uri in uris {
@@ -322,11 +429,11 @@ impl ServerHandler for DurableServer {
     async fn get_prompt(
         &self,
         request: GetPromptRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
-        prompts::get(&self.shared.engine, request)
-            .await
-            .map(Into::into)
+        let task_id = prompts::task_id(&request)?;
+        let task = self.visible_task(task_id, &context).await?;
+        Ok(prompts::report(task).into())
     }
 
     async fn list_resources(
@@ -350,9 +457,10 @@ impl ServerHandler for DurableServer {
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        resources::read(&self.shared.engine, &request.uri)
+        let caller = self.caller(&context);
+        resources::read(&self.shared.engine, &caller, &request.uri)
             .await
             .map(Into::into)
     }
@@ -366,7 +474,19 @@ impl ServerHandler for DurableServer {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        resources::check_subscribable(&self.shared.engine, &request.uri).await?;
+        let caller = self.caller(&context);
+        resources::check_subscribable(&self.shared.engine, &caller, &request.uri).await?;
+        let limit = self.shared.limits.subscriptions_per_session;
+        if self.shared.routes.subscription_count(self.key()) >= limit {
+            return Err(ApiError::Limit {
+                limit: "max_subscriptions_per_session",
+                message: format!(
+                    "this session already has {limit} subscriptions, the most one session may \
+                     have (--max-subscriptions-per-session); unsubscribe from some first"
+                ),
+            }
+            .into());
+        }
         self.persist_subscription(&context, &request.uri, true)
             .await?;
         self.shared.routes.subscribe(self.key(), &request.uri);
@@ -459,12 +579,14 @@ mod tests {
                     env: Env {
                         data_dir: dir.path().to_owned(),
                         time_scale: 0.0,
+                        per_owner: false,
                     },
                     max_running: 1,
                     claimant: crate::engine::Claimant {
                         node: "test".into(),
                         ttl: std::time::Duration::from_secs(10),
                     },
+                    max_tasks_per_owner: u64::MAX,
                 },
                 shutdown.clone(),
             )
@@ -475,7 +597,14 @@ mod tests {
             default: Duration::from_secs(60),
             max: Duration::from_secs(60),
         };
-        let shared = Shared::new(engine, streams, ttl, 64, shutdown.clone());
+        let shared = Shared::new(
+            engine,
+            streams,
+            ttl,
+            64,
+            Limits::default(),
+            shutdown.clone(),
+        );
         let start = shared.tool_router.get("start_echo").expect("a start tool");
         assert_eq!(start.description.as_deref(), Some(Echo::DESCRIPTION));
         assert_eq!(start.title.as_deref(), Some("Echo"));

@@ -249,7 +249,8 @@ impl Forwarder {
                     }
                 },
                 Ok(TaskUri::List(status)) => {
-                    match self.engine().list(None, status, LIST_LIMIT).await {
+                    let owner = self.routes().list_filter(self.key);
+                    match self.engine().list(owner, status, LIST_LIMIT).await {
                         Ok(tasks) => Some(meta(TASK_LIST_META_KEY, to_json(&tasks))),
                         Err(e) => {
                             tracing::warn!(error = %e, uri, "cannot resynchronise a subscription");

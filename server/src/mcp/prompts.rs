@@ -1,13 +1,11 @@
 //! Prompts: `task_report`, which hands a model the live state of one task with instructions to
 //! explain it and suggest the next step.
 
-use durable_shared::status_uri;
+use durable_shared::{TaskInfo, status_uri};
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
     GetPromptRequestParams, GetPromptResult, Prompt, PromptArgument, PromptMessage, Resource, Role,
 };
-
-use crate::engine::Engine;
 
 const TASK_REPORT: &str = "task_report";
 
@@ -23,10 +21,8 @@ pub fn listed() -> Vec<Prompt> {
     )]
 }
 
-pub async fn get(
-    engine: &Engine,
-    request: GetPromptRequestParams,
-) -> Result<GetPromptResult, McpError> {
+/// The task a `prompts/get` request names, once the prompt is known to be `task_report`.
+pub fn task_id(request: &GetPromptRequestParams) -> Result<&str, McpError> {
     if request.name != TASK_REPORT {
         return Err(McpError::invalid_params(
             format!(
@@ -36,13 +32,17 @@ pub async fn get(
             None,
         ));
     }
-    let task_id = request
+    request
         .arguments
         .as_ref()
         .and_then(|arguments| arguments.get("task_id"))
         .and_then(|value| value.as_str())
-        .ok_or_else(|| McpError::invalid_params("task_report needs the argument task_id", None))?;
-    let task = engine.get(task_id).await?;
+        .ok_or_else(|| McpError::invalid_params("task_report needs the argument task_id", None))
+}
+
+/// The `task_report` prompt on `task`.
+pub fn report(task: TaskInfo) -> GetPromptResult {
+    let task_id = &task.task_id;
     let uri = status_uri(task_id);
     let state = serde_json::to_string_pretty(&task).unwrap_or_default();
     let text = format!(
@@ -53,9 +53,9 @@ pub async fn get(
     );
     let link = Resource::new(uri.clone(), format!("{} task {task_id}", task.kind))
         .with_mime_type("application/json");
-    Ok(GetPromptResult::new(vec![
+    GetPromptResult::new(vec![
         PromptMessage::new_text(Role::User, text),
         PromptMessage::new_resource_link(Role::User, link),
     ])
-    .with_description(format!("Report on {} task {task_id}", task.kind)))
+    .with_description(format!("Report on {} task {task_id}", task.kind))
 }

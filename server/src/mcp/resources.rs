@@ -1,9 +1,10 @@
 //! The task resources: `task://status/{task_id}`, `task://list` and `task://list/{status}`.
 
-use durable_shared::{TaskList, TaskStatus, list_uri};
+use durable_shared::{TaskInfo, TaskList, TaskStatus, list_uri};
 use rmcp::ErrorData as McpError;
 use rmcp::model::{ReadResourceResult, Resource, ResourceContents, ResourceTemplate};
 
+use super::Caller;
 use super::error::ApiError;
 use crate::engine::{Engine, EngineError};
 
@@ -74,17 +75,24 @@ fn not_found(id: &str) -> ApiError {
     ApiError::ResourceNotFound(format!("task {id} not found"))
 }
 
-pub async fn read(engine: &Engine, uri: &str) -> Result<ReadResourceResult, McpError> {
+/// A task the caller may see; another owner's is as unknown as one that does not exist.
+async fn visible(engine: &Engine, caller: &Caller, id: &str) -> Result<TaskInfo, ApiError> {
+    match engine.get(id).await {
+        Ok(task) if caller.may_see(&task.owner) => Ok(task),
+        Ok(_) | Err(EngineError::NotFound(_)) => Err(not_found(id)),
+        Err(other) => Err(other.into()),
+    }
+}
+
+pub async fn read(
+    engine: &Engine,
+    caller: &Caller,
+    uri: &str,
+) -> Result<ReadResourceResult, McpError> {
     let body = match parse(uri)? {
-        TaskUri::Status(id) => {
-            let task = engine.get(id).await.map_err(|e| match e {
-                EngineError::NotFound(_) => not_found(id),
-                other => other.into(),
-            })?;
-            serde_json::to_string_pretty(&task)
-        }
+        TaskUri::Status(id) => serde_json::to_string_pretty(&visible(engine, caller, id).await?),
         TaskUri::List(status) => {
-            let tasks = engine.list(None, status, LIST_LIMIT).await?;
+            let tasks = engine.list(caller.filter(), status, LIST_LIMIT).await?;
             serde_json::to_string_pretty(&TaskList {
                 total: tasks.len(),
                 tasks,
@@ -99,20 +107,26 @@ pub async fn read(engine: &Engine, uri: &str) -> Result<ReadResourceResult, McpE
 }
 
 /// Refuses subscriptions to `task://` URIs that can never change: malformed ones, unknown
-/// statuses and unknown tasks. URIs of other schemes are accepted and simply never notified:
+/// statuses and unknown tasks (another owner's among them). URIs of other schemes are accepted and simply never notified:
 /// this server changes only `task://` resources, and generic clients (the conformance suite
 /// among them) expect a subscription to any URI to succeed.
-pub async fn check_subscribable(engine: &Engine, uri: &str) -> Result<(), McpError> {
+pub async fn check_subscribable(
+    engine: &Engine,
+    caller: &Caller,
+    uri: &str,
+) -> Result<(), McpError> {
     if !uri.starts_with("task://") {
         return Ok(());
     }
     if let TaskUri::Status(id) = parse(uri)? {
-        engine.get(id).await.map_err(|e| match e {
-            EngineError::NotFound(_) => not_found(id),
-            other => other.into(),
-        })?;
+        visible(engine, caller, id).await?;
     }
     Ok(())
+}
+
+/// Whether `uri` is one of the list resources.
+pub fn is_list(uri: &str) -> bool {
+    uri == "task://list" || uri.starts_with(LIST_PREFIX)
 }
 
 /// The resources whose content changed when a task moved from `before` (if known) to `task`.

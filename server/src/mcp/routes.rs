@@ -180,7 +180,16 @@ struct Listener {
     queue: mpsc::Sender<Box<Delivery>>,
     lag: Arc<Lag>,
     client: Option<String>,
+    /// Whether list resources show it every client's tasks, or only its client's (an
+    /// authenticated subject without the operator scope).
+    sees_all: bool,
     uris: HashSet<String>,
+}
+
+impl Listener {
+    fn sees(&self, task: &TaskInfo) -> bool {
+        self.sees_all || self.client.as_deref() == Some(task.owner.as_str())
+    }
 }
 
 /// Adds `key` to the set under `name`.
@@ -223,6 +232,7 @@ impl Routes {
                 queue: sender,
                 lag: lag.clone(),
                 client: None,
+                sees_all: true,
                 uris: HashSet::new(),
             },
         );
@@ -262,9 +272,32 @@ impl Routes {
         link(&mut index.by_client, client, key);
     }
 
+    /// Records the authenticated subject a session belongs to, and whether it sees every
+    /// subject's tasks in lists.
+    pub(super) fn set_viewer(&self, key: SessionKey, subject: &str, sees_all: bool) {
+        self.set_client(key, subject);
+        if let Some(listener) = self.index().sessions.get_mut(&key) {
+            listener.sees_all = sees_all;
+        }
+    }
+
     /// The client a session speaks for, if it said.
     pub(super) fn client(&self, key: SessionKey) -> Option<String> {
         self.index().sessions.get(&key)?.client.clone()
+    }
+
+    /// The owner a session's lists are restricted to; `None`: it sees every task.
+    pub(super) fn list_filter(&self, key: SessionKey) -> Option<String> {
+        let index = self.index();
+        let listener = index.sessions.get(&key)?;
+        (!listener.sees_all).then(|| listener.client.clone().unwrap_or_default())
+    }
+
+    pub(super) fn subscription_count(&self, key: SessionKey) -> usize {
+        self.index()
+            .sessions
+            .get(&key)
+            .map_or(0, |listener| listener.uris.len())
     }
 
     pub(super) fn subscribe(&self, key: SessionKey, uri: &str) {
@@ -336,7 +369,13 @@ impl Routes {
         if !index.by_uri.is_empty() {
             for uri in resources::affected_by(&task.task_id, before, task.status) {
                 if let Some(keys) = index.by_uri.get(&uri) {
-                    for key in keys {
+                    // A list shows a session only the tasks it may see (its status
+                    // subscriptions were checked when made).
+                    let visible = |key: &SessionKey| {
+                        !resources::is_list(&uri)
+                            || index.sessions.get(key).is_some_and(|l| l.sees(task))
+                    };
+                    for key in keys.iter().filter(|key| visible(key)) {
                         targets.entry(*key).or_default().0.push(uri.clone());
                     }
                 }

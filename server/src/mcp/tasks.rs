@@ -270,7 +270,7 @@ impl DurableServer {
         let tool = call.name.as_ref();
         let task = if tool == PROCESSING_TOOL {
             let params: ProcessingToolParams = parse_params(PROCESSING_TOOL, call_arguments(call))?;
-            let owner = self.client_id(params.client_id.clone(), ctx);
+            let owner = self.caller_named(params.client_id.clone(), ctx)?.owner;
             self.shared
                 .engine
                 .start_or_attach(DATA_PROCESSING, &owner, to_params(&params.job))
@@ -279,14 +279,14 @@ impl DurableServer {
             let kind = self
                 .task_kind(tool)
                 .ok_or_else(|| ApiError::invalid(format!("tool {tool} cannot run as a task")))?;
-            let owner = self.client_id(None, ctx);
+            let owner = self.caller(ctx).owner;
             self.shared
                 .engine
                 .start(kind, &owner, call_arguments(call))
                 .await?
         };
         // Last, so the session remembers the caller's own identity for status notifications.
-        let requester = self.client_id(None, ctx);
+        let requester = self.caller(ctx).owner;
         let handle = self
             .shared
             .engine
@@ -303,7 +303,7 @@ impl DurableServer {
         task_id: &str,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<TaskHandle, ApiError> {
-        let requester = self.client_id(None, ctx);
+        let requester = self.caller(ctx).owner;
         self.shared
             .engine
             .handle(task_id.trim(), &requester)
@@ -441,7 +441,7 @@ impl DurableServer {
                 ))
             })?),
         };
-        let requester = self.client_id(None, ctx);
+        let requester = self.caller(ctx).owner;
         let mut page = self
             .shared
             .engine

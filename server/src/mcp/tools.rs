@@ -110,7 +110,10 @@ impl DurableServer {
         Parameters(params): Parameters<ProcessingToolParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
-        let owner = self.client_id(params.client_id.clone(), &ctx);
+        let owner = match self.caller_named(params.client_id.clone(), &ctx) {
+            Ok(caller) => caller.owner,
+            Err(e) => return e.into_tool_result(),
+        };
         let task = match self
             .shared
             .engine
@@ -181,8 +184,13 @@ impl DurableServer {
     async fn cancel_task(
         &self,
         Parameters(params): Parameters<TaskIdParams>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
-        let outcome = self.shared.engine.cancel(params.task_id.trim()).await;
+        let task_id = params.task_id.trim();
+        let outcome = match self.visible_task(task_id, &ctx).await {
+            Ok(_) => self.shared.engine.cancel(task_id).await,
+            Err(e) => Err(e),
+        };
         tool_outcome(outcome.map(|task| task_json(&task)))
     }
 
@@ -192,8 +200,13 @@ impl DurableServer {
     async fn pause_task(
         &self,
         Parameters(params): Parameters<TaskIdParams>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
-        let outcome = self.shared.engine.pause(params.task_id.trim()).await;
+        let task_id = params.task_id.trim();
+        let outcome = match self.visible_task(task_id, &ctx).await {
+            Ok(_) => self.shared.engine.pause(task_id).await,
+            Err(e) => Err(e),
+        };
         tool_outcome(outcome.map(|task| task_json(&task)))
     }
 
@@ -201,8 +214,13 @@ impl DurableServer {
     async fn resume_task(
         &self,
         Parameters(params): Parameters<TaskIdParams>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
-        let outcome = self.shared.engine.resume(params.task_id.trim()).await;
+        let task_id = params.task_id.trim();
+        let outcome = match self.visible_task(task_id, &ctx).await {
+            Ok(_) => self.shared.engine.resume(task_id).await,
+            Err(e) => Err(e),
+        };
         tool_outcome(outcome.map(|task| task_json(&task)))
     }
 
@@ -232,7 +250,15 @@ impl DurableServer {
             Some(Ok(status)) => Some(status),
             None => None,
         };
-        let owner = self.client_id(params.client_id, &ctx);
+        // An operator may list anyone's tasks; anyone else only their own.
+        let caller = self.caller(&ctx);
+        let owner = match params.client_id {
+            Some(id) if caller.sees_all && !id.trim().is_empty() => id,
+            explicit => match self.caller_named(explicit, &ctx) {
+                Ok(caller) => caller.owner,
+                Err(e) => return e.into_tool_result(),
+            },
+        };
         let tasks = self
             .shared
             .engine
@@ -274,7 +300,7 @@ impl DurableServer {
         &self,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
-        let client_id = self.client_id(None, &ctx);
+        let client_id = self.caller(&ctx).owner;
         let peer = ctx.peer.peer_info();
         Ok(json_result(json!({
             "session_id": session_id(&ctx),
@@ -317,7 +343,7 @@ impl DurableServer {
         arguments: Value,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
-        let owner = self.client_id(None, ctx);
+        let owner = self.caller(ctx).owner;
         let outcome = self.shared.engine.start(kind, &owner, arguments).await;
         tool_outcome(outcome.map(|task| started(&task)))
     }

@@ -31,8 +31,8 @@ use durable_shared::{CheckpointStats, TaskInfo, TaskStatus};
 use tokio::sync::broadcast;
 
 pub use model::{
-    CallBinding, NewEvent, NewTask, StepCommit, StoredEvent, StreamInfo, TaskHandle, TaskRow,
-    Transition,
+    CallBinding, NewEvent, NewTask, Refusal, StepCommit, StoredEvent, StreamInfo, TaskHandle,
+    TaskRow, Transition,
 };
 
 pub(crate) fn now_ms() -> i64 {
@@ -66,6 +66,9 @@ pub enum StoreError {
     WriterThread(#[source] std::io::Error),
     #[error("invalid database URL {0}")]
     Url(String),
+    /// The write was refused by its own conditions (a limit, a held resource).
+    #[error("refused: {0}")]
+    Refused(#[from] Refusal),
 }
 
 /// A node claiming work: its id and how long its leases last unless renewed.
@@ -119,11 +122,15 @@ impl fmt::Display for Database {
 /// Tasks and their checkpoints.
 #[async_trait]
 pub trait TaskRepo: Send + Sync {
-    /// Stores a new task as `pending`.
+    /// Stores a new task as `pending`, unless its owner has `owner_limit` unfinished tasks or
+    /// another unfinished task holds its `exclusive` resource ([`StoreError::Refused`]). Under
+    /// concurrent inserts of one owner, PostgreSQL may let the owner limit be passed by the
+    /// inserts racing each other; a held resource is never shared.
     async fn insert_task(&self, task: NewTask) -> Result<TaskInfo, StoreError>;
 
     /// Stores `task` unless a task with its id exists; returns the stored task and whether it
-    /// was created by this call. Used for tasks whose id is derived from their arguments.
+    /// was created by this call. Used for tasks whose id is derived from their arguments. A new
+    /// task is refused as [`TaskRepo::insert_task`] says.
     async fn insert_or_get_task(&self, task: NewTask) -> Result<(TaskInfo, bool), StoreError>;
 
     /// Makes `claimant` the task's worker under a fresh lease (the attempt number goes up, so
@@ -199,6 +206,9 @@ pub trait TaskRepo: Send + Sync {
     ) -> Result<Vec<TaskInfo>, StoreError>;
 
     async fn status_counts(&self) -> Result<BTreeMap<TaskStatus, u64>, StoreError>;
+
+    /// How many unfinished (pending, running or paused) tasks `owner` has.
+    async fn unfinished_tasks_of(&self, owner: &str) -> Result<u64, StoreError>;
 
     async fn checkpoint_stats(&self) -> Result<CheckpointStats, StoreError>;
 
@@ -297,6 +307,16 @@ pub trait SessionRepo: Send + Sync {
     ) -> Result<(), StoreError>;
 
     async fn subscriptions(&self, session_id: &str) -> Result<Vec<String>, StoreError>;
+
+    /// Records that `session_id` belongs to the authenticated `subject` (once: a session never
+    /// changes hands). Deleted with the session.
+    async fn claim_session(&self, session_id: &str, subject: &str) -> Result<(), StoreError>;
+
+    /// The subject a session belongs to; `None` for a session opened without authorization.
+    async fn session_subject(&self, session_id: &str) -> Result<Option<String>, StoreError>;
+
+    /// How many live sessions `subject` has.
+    async fn sessions_of(&self, subject: &str) -> Result<u64, StoreError>;
 }
 
 /// MCP task handles: which engine tasks task-augmented `tools/call`s created, whose handle each

@@ -12,6 +12,19 @@ pub struct NewTask {
     pub params: Value,
     pub total: u64,
     pub checkpoint: Value,
+    /// What only one unfinished task may hold at a time (a destination file), if anything.
+    pub exclusive: Option<String>,
+    /// The task is refused when its owner already has this many unfinished tasks.
+    pub owner_limit: u64,
+}
+
+/// Why a task was not stored: the insert's conditions, not a storage failure.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Refusal {
+    #[error("its owner already has {limit} unfinished tasks")]
+    OwnerLimit { limit: u64 },
+    #[error("{key} is held by unfinished task {task_id}")]
+    Held { key: String, task_id: String },
 }
 
 /// A task with what only the engine needs: its checkpoint and the lease of its worker.

@@ -85,6 +85,8 @@ pub(super) fn new_task(id: &str) -> NewTask {
         params: json!({"n": 1}),
         total: 10,
         checkpoint: json!({"done": 0}),
+        exclusive: None,
+        owner_limit: u64::MAX,
     }
 }
 
@@ -133,6 +135,61 @@ fn event(stream_id: &str, message: &str) -> NewEvent {
         retry_ms: None,
         finishes: false,
         binding: None,
+    }
+}
+
+contract! {
+    async fn a_held_resource_and_the_owner_limit_refuse_new_tasks_until_released(fx) {
+        let store = fx.store.clone();
+        let holding = |id: &str, owner: &str| NewTask {
+            owner: owner.into(),
+            exclusive: Some("dir/out.jsonl".into()),
+            owner_limit: 2,
+            ..new_task(id)
+        };
+        store.insert_task(holding("a", "alice")).await.unwrap();
+        let refused = store.insert_task(holding("b", "bob")).await.unwrap_err();
+        assert!(
+            matches!(&refused, StoreError::Refused(Refusal::Held { task_id, .. }) if task_id == "a"),
+            "{refused:?}"
+        );
+        let (_, created) = store.insert_or_get_task(holding("a", "alice")).await.unwrap();
+        assert!(!created, "attaching to the holder itself is no conflict");
+
+        store.insert_task(NewTask { owner_limit: 2, ..new_task("c") }).await.ok();
+        store.insert_task(NewTask { owner: "alice".into(), owner_limit: 2, ..new_task("d") }).await.unwrap();
+        assert_eq!(store.unfinished_tasks_of("alice").await.unwrap(), 2);
+        let over = store.insert_task(NewTask { owner: "alice".into(), owner_limit: 2, ..new_task("e") }).await.unwrap_err();
+        assert!(matches!(over, StoreError::Refused(Refusal::OwnerLimit { limit: 2 })), "{over:?}");
+        let over = store.insert_or_get_task(NewTask { owner: "alice".into(), owner_limit: 2, ..new_task("e") }).await.unwrap_err();
+        assert!(matches!(over, StoreError::Refused(Refusal::OwnerLimit { limit: 2 })), "{over:?}");
+
+        // A finished holder releases both.
+        let cancelled = store
+            .transition("a", &[TaskStatus::Pending], TaskStatus::Cancelled)
+            .await
+            .unwrap();
+        assert!(matches!(cancelled, Transition::Applied(_)));
+        store.insert_task(holding("b", "bob")).await.unwrap();
+        store.insert_task(NewTask { owner: "alice".into(), owner_limit: 2, ..new_task("e") }).await.unwrap();
+        assert!(store.get_task("e").await.unwrap().is_some());
+    }
+}
+
+contract! {
+    async fn a_session_belongs_to_one_subject_until_deleted(fx) {
+        let store = fx.store.clone();
+        store.save_session("s1", "{}".into(), "2025-11-25".into()).await.unwrap();
+        store.claim_session("s1", "alice").await.unwrap();
+        store.claim_session("s1", "mallory").await.unwrap();
+        store.claim_session("s2", "alice").await.unwrap();
+        assert_eq!(store.session_subject("s1").await.unwrap().as_deref(), Some("alice"));
+        assert_eq!(store.session_subject("s3").await.unwrap(), None);
+        assert_eq!(store.sessions_of("alice").await.unwrap(), 2);
+        assert_eq!(store.sessions_of("mallory").await.unwrap(), 0);
+        store.delete_session("s1").await.unwrap();
+        assert_eq!(store.session_subject("s1").await.unwrap(), None);
+        assert_eq!(store.sessions_of("alice").await.unwrap(), 1);
     }
 }
 

@@ -252,6 +252,32 @@ impl StreamStore {
         self.inner.store.subscriptions(session_id).await
     }
 
+    /// Records that `session_id` belongs to the authenticated `subject`.
+    pub async fn claim_session(&self, session_id: &str, subject: &str) -> Result<(), StoreError> {
+        self.inner.store.claim_session(session_id, subject).await
+    }
+
+    /// The subject a session belongs to; `None` for one opened without authorization.
+    pub async fn session_subject(&self, session_id: &str) -> Result<Option<String>, StoreError> {
+        self.inner.store.session_subject(session_id).await
+    }
+
+    /// How many live sessions `subject` has.
+    pub async fn sessions_of(&self, subject: &str) -> Result<u64, StoreError> {
+        self.inner.store.sessions_of(subject).await
+    }
+
+    /// How many SSE responses of `session_id` are open now.
+    pub fn open_streams(&self, session_id: &str) -> usize {
+        self.inner
+            .open_streams
+            .lock()
+            .expect("open streams lock")
+            .get(session_id)
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// Appends `event` to its stream, wakes the stream's tails and returns the event's id.
     pub async fn append(&self, event: NewEvent) -> Result<EventId, crate::store::StoreError> {
         let (token, seq) = self.inner.store.append_event(event).await?;

@@ -14,6 +14,22 @@ pub fn Header(client_id: String) -> impl IntoView {
                 {move || dash.conn.get().label()}
             </span>
             <span class="client" title="This browser's client id" data-test="client-id">{client_id}</span>
+            <Show when=move || dash.signed_in.get()>
+                <button
+                    class="sign-out"
+                    data-test="sign-out"
+                    on:click=move |_| {
+                        crate::mcp::sign_out();
+                        dash.signed_in.set(false);
+                        // The session was the token's subject's: start over, signed out.
+                        crate::connection().forget_session();
+                        dash.tasks.update(|tasks| tasks.clear());
+                        dash.sign_in.set(Some("signed out".into()));
+                    }
+                >
+                    "Sign out"
+                </button>
+            </Show>
             <ul class="stats" aria-label="Tasks by status">
                 {move || {
                     dash.counts()

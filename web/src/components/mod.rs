@@ -4,11 +4,13 @@ mod chart;
 mod detail;
 mod forms;
 mod header;
+mod sign_in;
 mod table;
 
 pub use detail::Detail;
 pub use forms::StartForms;
 pub use header::Header;
+pub use sign_in::SignIn;
 pub use table::TaskTable;
 
 use crate::state::Dashboard;

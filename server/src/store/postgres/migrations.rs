@@ -114,6 +114,19 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX mcp_tasks_by_requester ON mcp_tasks (requester);
     "#,
+    // 2: as SQLite's version 5: held resources, unfinished tasks by owner, session subjects.
+    r#"
+    ALTER TABLE tasks ADD COLUMN exclusive TEXT;
+    CREATE UNIQUE INDEX tasks_exclusive ON tasks (exclusive)
+        WHERE exclusive IS NOT NULL AND status IN ('pending', 'running', 'paused');
+    CREATE INDEX tasks_unfinished_by_owner ON tasks (owner)
+        WHERE status IN ('pending', 'running', 'paused');
+    CREATE TABLE session_subjects (
+        session_id TEXT PRIMARY KEY,
+        subject    TEXT NOT NULL
+    );
+    CREATE INDEX session_subjects_by_subject ON session_subjects (subject);
+    "#,
 ];
 
 /// The schema version this binary writes.

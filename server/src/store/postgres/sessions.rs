@@ -43,6 +43,7 @@ impl SessionRepo for Postgres {
             "DELETE FROM streams WHERE session_id = $1",
             "DELETE FROM call_bindings WHERE session_id = $1",
             "DELETE FROM subscriptions WHERE session_id = $1",
+            "DELETE FROM session_subjects WHERE session_id = $1",
         ] {
             tx.execute(sql, &[&id]).await?;
         }
@@ -94,5 +95,36 @@ impl SessionRepo for Postgres {
             |row| Ok(row.try_get(0)?),
         )
         .await
+    }
+
+    async fn claim_session(&self, session_id: &str, subject: &str) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO session_subjects (session_id, subject) VALUES ($1, $2) \
+             ON CONFLICT (session_id) DO NOTHING",
+            &[&session_id, &subject],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn session_subject(&self, session_id: &str) -> Result<Option<String>, StoreError> {
+        self.query_opt(
+            "SELECT subject FROM session_subjects WHERE session_id = $1",
+            &[&session_id],
+            |row| Ok(row.try_get(0)?),
+        )
+        .await
+    }
+
+    async fn sessions_of(&self, subject: &str) -> Result<u64, StoreError> {
+        let count: i64 = self
+            .query_opt(
+                "SELECT count(*) FROM session_subjects WHERE subject = $1",
+                &[&subject],
+                |row| Ok(row.try_get(0)?),
+            )
+            .await?
+            .unwrap_or(0);
+        Ok(count as u64)
     }
 }

@@ -15,7 +15,9 @@ use serde_json::Value;
 use tokio_postgres::Row;
 
 use super::{Postgres, signed, unsigned};
-use crate::store::{Claimant, NewTask, StepCommit, StoreError, TaskRepo, TaskRow, Transition};
+use crate::store::{
+    Claimant, NewTask, Refusal, StepCommit, StoreError, TaskRepo, TaskRow, Transition,
+};
 
 /// The columns of a [`TaskInfo`], in the order [`read_info`] reads them.
 macro_rules! info_columns {
@@ -91,15 +93,20 @@ const SELECT_INFO: &str = concat!("SELECT ", info_columns!(), " FROM tasks WHERE
 macro_rules! insert {
     () => {
         "INSERT INTO tasks (id, kind, owner, params, status, total, checkpoint, message, \
-         created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, 'pending', $5, $6, 'queued', durable_now_ms(), durable_now_ms())"
+         created_at, updated_at, exclusive) \
+         SELECT $1, $2, $3, $4, 'pending', $5, $6, 'queued', durable_now_ms(), durable_now_ms(), \
+           $7 \
+         WHERE (SELECT count(*) FROM tasks WHERE owner = $3 \
+           AND status IN ('pending', 'running', 'paused')) < $8"
     };
 }
 
-/// Inserts a task; an id that is taken is an error.
+/// Inserts a task (no row: its owner has too many unfinished ones); an id that is taken, or
+/// an exclusive resource another unfinished task holds, is an error.
 const INSERT: &str = notifying!(insert!(), " RETURNING ", info_columns!());
 
-/// Inserts a task unless its id is taken; returns no row then.
+/// Inserts a task unless its id is taken or its owner has too many unfinished ones; returns
+/// no row then.
 const INSERT_OR_SKIP: &str = notifying!(
     insert!(),
     " ON CONFLICT (id) DO NOTHING RETURNING ",
@@ -111,40 +118,71 @@ fn names(statuses: &[TaskStatus]) -> Vec<&'static str> {
 }
 
 impl Postgres {
-    /// Runs `sql`, one of the inserts, for `task`.
+    /// Runs `sql`, one of the inserts, for `task`; a held exclusive resource is refused with
+    /// the task that holds it.
     async fn insert(&self, sql: &str, task: &NewTask) -> Result<Option<TaskInfo>, StoreError> {
-        self.query_opt(
-            sql,
-            &[
-                &task.id,
-                &task.kind,
-                &task.owner,
-                &task.params.to_string(),
-                &signed(task.total)?,
-                &task.checkpoint.to_string(),
-            ],
-            read_info,
-        )
-        .await
+        let inserted = self
+            .query_opt(
+                sql,
+                &[
+                    &task.id,
+                    &task.kind,
+                    &task.owner,
+                    &task.params.to_string(),
+                    &signed(task.total)?,
+                    &task.checkpoint.to_string(),
+                    &task.exclusive,
+                    &signed(task.owner_limit.min(i64::MAX as u64))?,
+                ],
+                read_info,
+            )
+            .await;
+        let held = |e: &StoreError| match e {
+            StoreError::Postgres(e) => e
+                .as_db_error()
+                .is_some_and(|db| db.constraint() == Some("tasks_exclusive")),
+            _ => false,
+        };
+        match (inserted, &task.exclusive) {
+            (Err(e), Some(key)) if held(&e) => {
+                let holder = self
+                    .query_opt(
+                        "SELECT id FROM tasks WHERE exclusive = $1 \
+                         AND status IN ('pending', 'running', 'paused')",
+                        &[key],
+                        |row| Ok(row.try_get::<_, String>(0)?),
+                    )
+                    .await?;
+                Err(Refusal::Held {
+                    key: key.clone(),
+                    // Finished in between: the caller may simply try again.
+                    task_id: holder.unwrap_or_else(|| "(just finished)".into()),
+                }
+                .into())
+            }
+            (inserted, _) => inserted,
+        }
     }
 }
 
 #[async_trait]
 impl TaskRepo for Postgres {
     async fn insert_task(&self, task: NewTask) -> Result<TaskInfo, StoreError> {
-        self.insert(INSERT, &task)
-            .await?
-            .ok_or_else(|| StoreError::Corrupt(format!("task {} was not stored", task.id)))
+        self.insert(INSERT, &task).await?.ok_or_else(|| {
+            Refusal::OwnerLimit {
+                limit: task.owner_limit,
+            }
+            .into()
+        })
     }
 
     async fn insert_or_get_task(&self, task: NewTask) -> Result<(TaskInfo, bool), StoreError> {
         if let Some(info) = self.insert(INSERT_OR_SKIP, &task).await? {
             return Ok((info, true));
         }
-        let info = self
-            .get_task(&task.id)
-            .await?
-            .ok_or_else(|| StoreError::Corrupt(format!("task {} vanished", task.id)))?;
+        let info = self.get_task(&task.id).await?.ok_or(Refusal::OwnerLimit {
+            limit: task.owner_limit,
+        })?;
         Ok((info, false))
     }
 
@@ -344,6 +382,18 @@ impl TaskRepo for Postgres {
             read_info,
         )
         .await
+    }
+
+    async fn unfinished_tasks_of(&self, owner: &str) -> Result<u64, StoreError> {
+        let count = self
+            .query_opt(
+                "SELECT count(*) FROM tasks WHERE owner = $1 \
+                 AND status IN ('pending', 'running', 'paused')",
+                &[&owner],
+                |row| unsigned(row, 0),
+            )
+            .await?;
+        Ok(count.unwrap_or(0))
     }
 
     async fn status_counts(&self) -> Result<BTreeMap<TaskStatus, u64>, StoreError> {

@@ -109,6 +109,20 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE tasks ADD COLUMN node TEXT;
     ALTER TABLE tasks ADD COLUMN lease_expires_at INTEGER;
     "#,
+    // 5: tenants: what only one unfinished task may hold (a destination file), owners' counts
+    // of unfinished tasks, and which authenticated subject each session belongs to.
+    r#"
+    ALTER TABLE tasks ADD COLUMN exclusive TEXT;
+    CREATE UNIQUE INDEX tasks_exclusive ON tasks (exclusive)
+        WHERE exclusive IS NOT NULL AND status IN ('pending', 'running', 'paused');
+    CREATE INDEX tasks_unfinished_by_owner ON tasks (owner)
+        WHERE status IN ('pending', 'running', 'paused');
+    CREATE TABLE session_subjects (
+        session_id TEXT PRIMARY KEY,
+        subject    TEXT NOT NULL
+    ) STRICT, WITHOUT ROWID;
+    CREATE INDEX session_subjects_by_subject ON session_subjects (subject);
+    "#,
 ];
 
 /// The schema version this binary writes.

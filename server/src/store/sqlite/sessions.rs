@@ -20,6 +20,10 @@ fn delete_session(conn: &Connection, session_id: &str) -> Result<bool, StoreErro
         "DELETE FROM subscriptions WHERE session_id = ?1",
         [session_id],
     )?;
+    conn.execute(
+        "DELETE FROM session_subjects WHERE session_id = ?1",
+        [session_id],
+    )?;
     Ok(conn.execute("DELETE FROM sessions WHERE id = ?1", [session_id])? > 0)
 }
 
@@ -114,6 +118,40 @@ impl SessionRepo for Sqlite {
                 conn.prepare_cached("SELECT uri FROM subscriptions WHERE session_id = ?1")?;
             let uris = stmt.query_map([session_id], |row| row.get(0))?;
             Ok(uris.collect::<Result<_, _>>()?)
+        })
+        .await
+    }
+
+    async fn claim_session(&self, session_id: &str, subject: &str) -> Result<(), StoreError> {
+        let (session_id, subject) = (session_id.to_owned(), subject.to_owned());
+        self.write(move |conn| {
+            conn.prepare_cached(
+                "INSERT INTO session_subjects (session_id, subject) VALUES (?1, ?2) \
+                 ON CONFLICT (session_id) DO NOTHING",
+            )?
+            .execute(params![session_id, subject])?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn session_subject(&self, session_id: &str) -> Result<Option<String>, StoreError> {
+        let session_id = session_id.to_owned();
+        self.read(move |conn| {
+            Ok(conn
+                .prepare_cached("SELECT subject FROM session_subjects WHERE session_id = ?1")?
+                .query_row([session_id], |row| row.get(0))
+                .optional()?)
+        })
+        .await
+    }
+
+    async fn sessions_of(&self, subject: &str) -> Result<u64, StoreError> {
+        let subject = subject.to_owned();
+        self.read(move |conn| {
+            Ok(conn
+                .prepare_cached("SELECT count(*) FROM session_subjects WHERE subject = ?1")?
+                .query_row([subject], |row| row.get(0))?)
         })
         .await
     }

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::Sqlite;
 use crate::store::{
-    Claimant, NewTask, StepCommit, StoreError, TaskRepo, TaskRow, Transition, now_ms,
+    Claimant, NewTask, Refusal, StepCommit, StoreError, TaskRepo, TaskRow, Transition, now_ms,
 };
 
 /// The columns of a [`TaskInfo`], in the order [`read_info`] reads them; the checkpoint is read
@@ -326,6 +326,11 @@ impl TaskRepo for Sqlite {
         self.read(move |conn| select_info(conn, &id)).await
     }
 
+    async fn unfinished_tasks_of(&self, owner: &str) -> Result<u64, StoreError> {
+        let owner = owner.to_owned();
+        self.read(move |conn| unfinished_of(conn, &owner)).await
+    }
+
     /// Tasks, newest first, optionally only one owner's and only one status.
     async fn list_tasks(
         &self,
@@ -439,11 +444,36 @@ impl TaskRepo for Sqlite {
     }
 }
 
+/// Inserts `task` as pending, or refuses it (see [`TaskRepo::insert_task`]). The one writer
+/// thread serialises inserts, so the checks and the insert are atomic.
 fn insert(conn: &Connection, task: &NewTask) -> Result<(), StoreError> {
+    if let Some(key) = &task.exclusive {
+        let holder: Option<String> = conn
+            .prepare_cached(
+                "SELECT id FROM tasks WHERE exclusive = ?1 \
+                 AND status IN ('pending', 'running', 'paused')",
+            )?
+            .query_row([key], |row| row.get(0))
+            .optional()?;
+        if let Some(task_id) = holder {
+            return Err(Refusal::Held {
+                key: key.clone(),
+                task_id,
+            }
+            .into());
+        }
+    }
+    if task.owner_limit < u64::MAX && unfinished_of(conn, &task.owner)? >= task.owner_limit {
+        return Err(Refusal::OwnerLimit {
+            limit: task.owner_limit,
+        }
+        .into());
+    }
     let now = now_ms();
     conn.prepare_cached(
         "INSERT INTO tasks (id, kind, owner, params, status, total, checkpoint, message, \
-         created_at, updated_at) VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6, 'queued', ?7, ?7)",
+         created_at, updated_at, exclusive) \
+         VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6, 'queued', ?7, ?7, ?8)",
     )?
     .execute(params![
         task.id,
@@ -452,9 +482,19 @@ fn insert(conn: &Connection, task: &NewTask) -> Result<(), StoreError> {
         task.params.to_string(),
         task.total,
         task.checkpoint.to_string(),
-        now
+        now,
+        task.exclusive,
     ])?;
     Ok(())
+}
+
+fn unfinished_of(conn: &Connection, owner: &str) -> Result<u64, StoreError> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT count(*) FROM tasks WHERE owner = ?1 \
+             AND status IN ('pending', 'running', 'paused')",
+        )?
+        .query_row([owner], |row| row.get(0))?)
 }
 
 #[cfg(test)]
