@@ -3,14 +3,18 @@
 Prints one JSON object: what the test asserts. The SDK first probes `server/discover`
 (2026-07-28) and falls back to `initialize` when the server refuses; the time that takes is
 reported so the test can check the probe was answered at once, not left to its timeout.
+With MCP_BEARER_TOKEN set, every request carries it as a bearer token.
 """
 
 import asyncio
 import json
+import os
 import sys
 import time
 
+import httpx2
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 TERMINAL = ("completed", "failed", "cancelled")
 
@@ -18,7 +22,16 @@ TERMINAL = ("completed", "failed", "cancelled")
 async def main(url: str) -> None:
     report: dict = {}
     started_at = time.monotonic()
-    async with Client(url) as client:
+    token = os.environ.get("MCP_BEARER_TOKEN")
+    server = url
+    if token:
+        # The SDK takes headers through the HTTP client it is given.
+        http = httpx2.AsyncClient(
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=httpx2.Timeout(30, read=300),
+        )
+        server = streamable_http_client(url, http_client=http)
+    async with Client(server) as client:
         report["connect_seconds"] = time.monotonic() - started_at
         tools = await client.list_tools()
         report["tools"] = sorted(tool.name for tool in tools.tools)

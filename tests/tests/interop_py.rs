@@ -50,3 +50,52 @@ async fn the_python_sdk_client_lists_starts_follows_and_gets_errors() {
         "DELETE must succeed: {stderr}"
     );
 }
+
+/// The same flow against a server that requires tokens, the token given to the SDK's HTTP
+/// client: refused without it; with it, the task is the token subject's.
+#[tokio::test]
+async fn the_python_sdk_client_connects_with_a_bearer_token() {
+    let interop = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/interop"));
+    let python = interop.join(".venv/bin/python");
+    assert!(
+        python.is_file(),
+        "the Python SDK is not installed; run scripts/setup"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let issuer = durable_tests::auth::Issuer::new(dir.path());
+    let mut args = issuer.server_args();
+    args.extend(["--time-scale".into(), "0.01".into()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = Server::start(dir.path(), &args).await;
+    let run = |token: Option<String>| {
+        let mut command = Command::new(&python);
+        command
+            .arg(interop.join("python_client.py"))
+            .arg(server.mcp_url())
+            .env_remove("MCP_BEARER_TOKEN");
+        if let Some(token) = token {
+            command.env("MCP_BEARER_TOKEN", token);
+        }
+        command
+    };
+    let limit = std::time::Duration::from_secs(120);
+    let refused = durable_tests::output_within(&mut run(None), limit).await;
+    assert!(!refused.status.success(), "connected without a token");
+    let token = issuer.token("py-user", durable_tests::auth::WRITE);
+    let output = durable_tests::output_within(&mut run(Some(token)), limit).await;
+    assert!(
+        output.status.success(),
+        "python client failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).expect("a JSON report");
+    assert_eq!(report["final_status"], "completed", "{report}");
+    assert_eq!(report["result"]["processed"], 6);
+    let operator = durable_tests::Client::connect_with_token(
+        &server.mcp_url(),
+        &issuer.token("olga", durable_tests::auth::OPERATOR),
+    )
+    .await;
+    let listed = operator.read("task://list").await;
+    assert_eq!(listed["tasks"][0]["owner"], "py-user", "{listed}");
+}
