@@ -278,15 +278,18 @@ fn router(
 /// limits, resumable streams, the answer to a body over the limit, the limit itself, the
 /// scopes a body's requests need, the task-request adaptation (both read the body).
 fn guarded(mcp: Router, auth: AuthState, resume: ResumeState, max_body_bytes: usize) -> Router {
-    mcp.route_layer(from_fn_with_state(
+    let mut mcp = mcp.route_layer(from_fn_with_state(
         resume.streams.clone(),
         task_requests::adapt_task_requests,
-    ))
-    .route_layer(axum::middleware::from_fn(authorize::require_scopes))
-    .route_layer(RequestBodyLimitLayer::new(max_body_bytes))
-    .route_layer(from_fn_with_state(max_body_bytes, body_limit::too_large))
-    .route_layer(from_fn_with_state(resume, resume::resumable))
-    .route_layer(from_fn_with_state(auth, authorize::authorize))
+    ));
+    // Only tokens have scopes: without authorization the layer would pass everything.
+    if auth.verifier.is_some() {
+        mcp = mcp.route_layer(axum::middleware::from_fn(authorize::require_scopes));
+    }
+    mcp.route_layer(RequestBodyLimitLayer::new(max_body_bytes))
+        .route_layer(from_fn_with_state(max_body_bytes, body_limit::too_large))
+        .route_layer(from_fn_with_state(resume, resume::resumable))
+        .route_layer(from_fn_with_state(auth, authorize::authorize))
 }
 
 /// CORS for browser clients on other allowed origins (same-origin pages need none). Exposes

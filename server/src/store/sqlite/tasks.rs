@@ -450,8 +450,8 @@ fn insert(conn: &Connection, task: &NewTask) -> Result<(), StoreError> {
     if let Some(key) = &task.exclusive {
         let holder: Option<String> = conn
             .prepare_cached(
-                "SELECT id FROM tasks WHERE exclusive = ?1 \
-                 AND status IN ('pending', 'running', 'paused')",
+                "SELECT id FROM tasks WHERE exclusive = ?1 AND exclusive IS NOT NULL \
+                 AND (status = 'pending' OR status = 'running' OR status = 'paused')",
             )?
             .query_row([key], |row| row.get(0))
             .optional()?;
@@ -492,7 +492,7 @@ fn unfinished_of(conn: &Connection, owner: &str) -> Result<u64, StoreError> {
     Ok(conn
         .prepare_cached(
             "SELECT count(*) FROM tasks WHERE owner = ?1 \
-             AND status IN ('pending', 'running', 'paused')",
+             AND (status = 'pending' OR status = 'running' OR status = 'paused')",
         )?
         .query_row([owner], |row| row.get(0))?)
 }
