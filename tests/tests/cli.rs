@@ -262,8 +262,9 @@ async fn progress_lines(rx: &mut UnboundedReceiver<String>) -> Vec<f64> {
 #[tokio::test]
 async fn an_interrupted_process_run_continues_from_its_checkpoint_when_run_again() {
     let dir = tempfile::tempdir().unwrap();
-    // 0.2 s a batch: the client must still be running when the test, reading its output under
-    // load, has seen 40% and sends Ctrl-C (at 0.03 s a batch it sometimes had finished).
+    // 0.2 s a batch, 40 batches: the client must still be running when the test, reading its
+    // output under load, has seen 20% and sends Ctrl-C (with 20 batches it had once finished
+    // by then, on a loaded PostgreSQL run).
     let server = Server::start(dir.path(), &["--time-scale", "0.2"]).await;
     let state = dir.path().join("client.json");
     let args = [
@@ -271,7 +272,7 @@ async fn an_interrupted_process_run_continues_from_its_checkpoint_when_run_again
         "--dataset-name",
         "cli",
         "--total-records",
-        "200",
+        "400",
         "--batch-size",
         "10",
         "--json",
@@ -331,7 +332,7 @@ async fn an_interrupted_process_run_continues_from_its_checkpoint_when_run_again
     );
     assert!(resumed.windows(2).all(|w| w[0] < w[1]), "{resumed:?}");
     let result = &lines.last().expect("output")["result"];
-    assert_eq!(result["total_processed"], 200);
+    assert_eq!(result["total_processed"], 400);
 }
 
 #[tokio::test]
