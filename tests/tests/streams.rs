@@ -528,3 +528,31 @@ async fn after_a_kill_the_session_streams_and_the_interrupted_call_all_resume() 
         common.len()
     );
 }
+
+/// What an independent raw client sends wrong gets JSON-RPC's answer for it, with HTTP 400:
+/// a body that is not JSON a parse error (-32700), JSON that is no message an invalid request
+/// (-32600); the session goes on.
+#[tokio::test]
+async fn a_body_that_is_no_message_gets_400_with_its_json_rpc_error() {
+    let (_dir, server) = server(&[]).await;
+    let session = RawSession::open(&server.mcp_url(), "2025-11-25").await;
+    let send = |body: &'static str| {
+        let request = session
+            .request(reqwest::Method::POST)
+            .header("Content-Type", "application/json")
+            .body(body);
+        async move { within(IO_TIMEOUT, "POST", request.send()).await.unwrap() }
+    };
+    for (body, code) in [
+        (r#"{"jsonrpc": "2.0", "id": 1, "method": "#, -32700),
+        ("not json at all", -32700),
+        (r#"{"jsonrpc": "2.0", "id": 1}"#, -32600),
+    ] {
+        let response = send(body).await;
+        assert_eq!(response.status(), 400, "{body}");
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!(answer["error"]["code"], code, "{body}: {answer}");
+    }
+    let pong = session.call(2, "ping", json!({})).await;
+    assert_eq!(pong, json!({}));
+}

@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use rmcp::model::RequestMetaObject;
 use serde_json::{Value, json};
 
+use crate::mcp::error::ApiError;
 use crate::mcp::{PRIVATE_CALL, PRIVATE_CANCEL, PRIVATE_GET, PRIVATE_LIST_TOOLS};
 use crate::streams::StreamStore;
 
@@ -34,6 +35,16 @@ pub async fn adapt_task_requests(
     let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
         return StatusCode::PAYLOAD_TOO_LARGE.into_response();
     };
+    let json_body = parts
+        .headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| {
+            value
+                .split(';')
+                .next()
+                .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
+        });
     let mut body = Body::from(bytes.clone());
     if worth_parsing(&bytes)
         && let Ok(mut message) = serde_json::from_slice::<Value>(&bytes)
@@ -54,7 +65,32 @@ pub async fn adapt_task_requests(
             body = Body::from(message.to_string());
         }
     }
-    next.run(Request::from_parts(parts, body)).await
+    let response = next.run(Request::from_parts(parts, body)).await;
+    // rmcp answers every JSON body it cannot read as a message with 415, as if its type were
+    // wrong; JSON-RPC says what each failure is.
+    if json_body && response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
+        return unreadable(&bytes).into_response();
+    }
+    response
+}
+
+/// What a JSON body rmcp could not read as one JSON-RPC message is: not JSON (parse error,
+/// -32700), a batch, or JSON that is no message (invalid request, -32600); HTTP 400 each.
+fn unreadable(body: &[u8]) -> ApiError {
+    let invalid = |message: String| ApiError::Http {
+        status: StatusCode::BAD_REQUEST,
+        message,
+    };
+    match serde_json::from_slice::<Value>(body) {
+        Err(e) => ApiError::Parse(format!("parse error: the body is not JSON ({e})")),
+        Ok(Value::Array(_)) => {
+            invalid("JSON-RPC batches are not accepted: send one message per request".into())
+        }
+        Ok(_) => match serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(body) {
+            Err(e) => invalid(format!("invalid request: not a JSON-RPC 2.0 message ({e})")),
+            Ok(_) => invalid("invalid request".into()),
+        },
+    }
 }
 
 /// Whether a body may hold a request to rename: every renamed method has `tools/` or `tasks/`
@@ -93,6 +129,24 @@ mod tests {
 
     fn request(method: &str, params: Value) -> Value {
         json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+    }
+
+    #[test]
+    fn unreadable_bodies_get_the_json_rpc_error_of_what_they_are() {
+        let code = |body: &str| {
+            let error = rmcp::ErrorData::from(unreadable(body.as_bytes()));
+            (error.code.0, error.message.to_string())
+        };
+        let (parse, message) = code(r#"{"jsonrpc": "2.0", "id": 1, "method": "#);
+        assert_eq!(parse, -32700, "{message}");
+        assert_eq!(
+            code(r#"[{"jsonrpc": "2.0", "id": 1, "method": "ping"}]"#).0,
+            -32600
+        );
+        let (invalid, message) = code(r#"{"jsonrpc": "1.0", "hello": true}"#);
+        assert_eq!(invalid, -32600);
+        assert!(message.contains("not a JSON-RPC 2.0 message"), "{message}");
+        assert_eq!(unreadable(b"{").http_status(), StatusCode::BAD_REQUEST);
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub enum ApiError {
     /// A method, or a way of calling a tool, that is not offered.
     #[error("{0}")]
     MethodNotFound(String),
+    /// A body that is not JSON at all (JSON-RPC's parse error, HTTP 400).
+    #[error("{0}")]
+    Parse(String),
     /// Refused at the HTTP level (resumption, body size), with its status.
     #[error("{message}")]
     Http { status: StatusCode, message: String },
@@ -73,6 +76,7 @@ impl ApiError {
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::NotFound(_) | ApiError::ResourceNotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Limit { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Parse(_) => StatusCode::BAD_REQUEST,
             _ => StatusCode::BAD_REQUEST,
         }
     }
@@ -109,6 +113,7 @@ impl From<ApiError> for McpError {
             ApiError::Http { message, .. } | ApiError::Cancelled(message) => {
                 McpError::invalid_request(message, None)
             }
+            ApiError::Parse(message) => McpError::parse_error(message, None),
             ApiError::Limit { limit, message } => {
                 McpError::invalid_request(message, Some(json!({"limit": limit})))
             }
