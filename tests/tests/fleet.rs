@@ -641,3 +641,52 @@ async fn a_node_stopping_gracefully_hands_its_task_over_at_once() {
     );
     assert_same_outcome(&fleet, &task, &clean.2);
 }
+
+/// A node cut off from PostgreSQL is not ready (503 naming the cause) and is again once the
+/// database is back, without a restart.
+#[tokio::test]
+async fn a_node_cut_off_from_its_database_is_not_ready_until_it_is_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = ScratchDatabase::from_env()
+        .await
+        .expect("fleet tests need DURABLE_MCP_TEST_POSTGRES")
+        .unwrap();
+    let proxy = Proxy::start(database_addr(database.url())).await;
+    let node = Server::start_node(
+        dir.path(),
+        &through(database.url(), proxy.addr),
+        &dir.path().join("data"),
+        "probe-node",
+        &[],
+    )
+    .await;
+    let readyz = format!("http://{}/readyz", node.addr);
+    let status = || {
+        let readyz = readyz.clone();
+        async move {
+            let response = within(Duration::from_secs(20), "/readyz", reqwest::get(readyz))
+                .await
+                .expect("a probe answer");
+            let status = response.status().as_u16();
+            (status, response.text().await.unwrap_or_default())
+        }
+    };
+    let until = |wanted: u16| async move {
+        within(Duration::from_secs(60), "the probe to change", async {
+            loop {
+                let (got, body) = status().await;
+                if got == wanted {
+                    return body;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+        .await
+    };
+    until(200).await;
+    proxy.cut();
+    let body = until(503).await;
+    assert!(body.contains("the store"), "{body}");
+    proxy.restore();
+    until(200).await;
+}

@@ -252,3 +252,74 @@ async fn waiting_tasks_lend_their_slots_so_all_of_them_advance() {
     }
     client.close().await;
 }
+
+/// `/healthz` and `/readyz` go through the store: while another process holds the SQLite
+/// database's write lock they answer 503 with the cause; once it lets go, 200, and tasks run as
+/// before.
+#[tokio::test]
+async fn the_probes_fail_while_the_database_is_locked_and_recover() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--time-scale", "0"]).await;
+    let base = format!("http://{}", server.addr);
+    let probe = |path: &'static str| {
+        let url = format!("{base}{path}");
+        async move {
+            let response = within(Duration::from_secs(10), path, reqwest::get(url))
+                .await
+                .expect("a probe answer");
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.unwrap_or_default())
+        }
+    };
+    for path in ["/healthz", "/readyz"] {
+        assert_eq!(probe(path).await, (200, json!({"status": "ok"})), "{path}");
+    }
+    // Answered, so the store is open (the server prints its address before opening it).
+    let database = dir.path().join("tasks.db");
+    if !database.is_file() {
+        // On PostgreSQL the same is shown by cutting the database off (`fleet.rs`).
+        eprintln!("skipped: this server keeps its state in PostgreSQL");
+        return;
+    }
+    // Another process takes the write lock for four seconds.
+    let mut locker = tokio::process::Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sqlite3, sys, time\n\
+             db = sqlite3.connect(sys.argv[1], isolation_level=None)\n\
+             db.execute('BEGIN EXCLUSIVE')\n\
+             print('locked', flush=True)\n\
+             time.sleep(4)\n\
+             db.execute('ROLLBACK')\n",
+        )
+        .arg(&database)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3");
+    let mut lines = durable_tests::stdout_lines(&mut locker);
+    within(Duration::from_secs(10), "the lock", lines.recv()).await;
+    let (status, body) = probe("/readyz").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["cause"].as_str().unwrap().contains("did not answer"),
+        "{body}"
+    );
+    within(Duration::from_secs(30), "the probes to recover", async {
+        while probe("/healthz").await.0 != 200 || probe("/readyz").await.0 != 200 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    let client = Client::connect(&server.mcp_url(), None).await;
+    let task = client
+        .call_ok(
+            "start_batch_processing",
+            json!({"total_items": 3, "batch_size": 1}),
+        )
+        .await;
+    let done = client
+        .wait_terminal(task["task_id"].as_str().unwrap(), Duration::from_secs(30))
+        .await;
+    assert_eq!(done.status, TaskStatus::Completed);
+}

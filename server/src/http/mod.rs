@@ -94,7 +94,7 @@ pub async fn run(
         .await
         .context("starting the task engine")?;
     engine.spawn_retention(config.retention, config.retention_interval);
-    let streams = StreamStore::new(store, shutdown.child_token());
+    let streams = StreamStore::new(store.clone(), shutdown.child_token());
     let sessions = Arc::new(session_manager(&config, &streams));
     tokio::spawn(sweep_sessions(
         streams.clone(),
@@ -115,7 +115,8 @@ pub async fn run(
         sessions,
         verifier,
         shutdown.clone(),
-    );
+    )
+    .merge(probes(store, shutdown.clone()));
     let server = axum::serve(
         listener.tap_io(|stream| {
             // rmcp writes SSE replies in small pieces; without NODELAY each waits ~40 ms for a
@@ -268,8 +269,7 @@ fn router(
             .with_state(verifier);
         app = app.merge(metadata);
     }
-    app.route("/healthz", get(|| async { "ok" }))
-        .fallback_service(dashboard(config))
+    app.fallback_service(dashboard(config))
         .layer(cors(&origins))
         .layer(TraceLayer::new_for_http())
 }
@@ -290,6 +290,55 @@ fn guarded(mcp: Router, auth: AuthState, resume: ResumeState, max_body_bytes: us
         .route_layer(from_fn_with_state(max_body_bytes, body_limit::too_large))
         .route_layer(from_fn_with_state(resume, resume::resumable))
         .route_layer(from_fn_with_state(auth, authorize::authorize))
+}
+
+/// How long a probe waits for the store's round trip.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// `/healthz` and `/readyz`: 200 once the store answers a write's and a read's round trip
+/// within [`PROBE_TIMEOUT`], else 503 with the cause (a dead or stuck writer thread, an
+/// unreachable database). `/readyz` also answers 503 once the server is shutting down, so a
+/// balancer stops sending it work while it drains.
+fn probes(store: Store, shutdown: CancellationToken) -> Router {
+    let health = store.clone();
+    Router::new()
+        .route(
+            "/healthz",
+            get(move || async move { probe(&health, None).await }),
+        )
+        .route(
+            "/readyz",
+            get(move || async move { probe(&store, Some(&shutdown)).await }),
+        )
+}
+
+async fn probe(store: &Store, shutdown: Option<&CancellationToken>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let unavailable = |cause: String| {
+        (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(serde_json::json!({"status": "unavailable", "cause": cause})),
+        )
+            .into_response()
+    };
+    if shutdown.is_some_and(CancellationToken::is_cancelled) {
+        return unavailable("the server is shutting down".into());
+    }
+    match tokio::time::timeout(PROBE_TIMEOUT, store.round_trip()).await {
+        Ok(Ok(())) => axum::Json(serde_json::json!({"status": "ok"})).into_response(),
+        Ok(Err(e)) => {
+            let cause = std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(": ");
+            tracing::warn!(cause, "health probe: the store cannot serve");
+            unavailable(format!("the store cannot serve: {cause}"))
+        }
+        Err(_) => {
+            tracing::warn!("health probe: the store did not answer in time");
+            unavailable(format!("the store did not answer within {PROBE_TIMEOUT:?}"))
+        }
+    }
 }
 
 /// CORS for browser clients on other allowed origins (same-origin pages need none). Exposes

@@ -380,13 +380,24 @@ pub trait ChangeFeed: Send + Sync {
     fn changes(&self) -> Option<broadcast::Receiver<Change>>;
 }
 
-/// A backend: all four repositories on one database, and its changes.
+/// Whether the store can serve: what readiness and health probes ask.
+#[async_trait]
+pub trait Health: Send + Sync {
+    /// Goes the whole way a write and a read go (on SQLite: through the writer thread and a
+    /// reader connection; on PostgreSQL: to the database) and back.
+    async fn round_trip(&self) -> Result<(), StoreError>;
+}
+
+/// A backend: all four repositories on one database, its changes and its health.
 pub trait Backend:
-    TaskRepo + StreamRepo + SessionRepo + HandleRepo + ChangeFeed + fmt::Debug
+    TaskRepo + StreamRepo + SessionRepo + HandleRepo + ChangeFeed + Health + fmt::Debug
 {
 }
 
-impl<T: TaskRepo + StreamRepo + SessionRepo + HandleRepo + ChangeFeed + fmt::Debug> Backend for T {}
+impl<T> Backend for T where
+    T: TaskRepo + StreamRepo + SessionRepo + HandleRepo + ChangeFeed + Health + fmt::Debug
+{
+}
 
 /// A cheap-to-clone handle on the backend the server was started with. Call the repositories'
 /// methods on it (with their traits in scope).

@@ -26,7 +26,7 @@ use tokio_postgres::{Row, Statement};
 
 use tokio::sync::broadcast;
 
-use super::{Change, ChangeFeed, StoreError};
+use super::{Change, ChangeFeed, Health, StoreError};
 
 /// Connections a node keeps open. Enough for the writes in flight to share commits; each
 /// costs the database a backend process, and a fleet multiplies it.
@@ -136,6 +136,14 @@ impl Postgres {
             .iter()
             .map(read)
             .collect()
+    }
+}
+
+#[async_trait::async_trait]
+impl Health for Postgres {
+    async fn round_trip(&self) -> Result<(), StoreError> {
+        self.query_opt("SELECT 1", &[], |_| Ok(())).await?;
+        Ok(())
     }
 }
 

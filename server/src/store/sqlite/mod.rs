@@ -22,7 +22,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
 
-use super::{Change, ChangeFeed, StoreError};
+use super::{Change, ChangeFeed, Health, StoreError};
 
 /// Most writes one transaction takes before it commits; bounds the latency of the first writer.
 const MAX_BATCH: usize = 256;
@@ -130,6 +130,17 @@ impl Sqlite {
         })
         .await
         .map_err(|_| StoreError::Closed)?
+    }
+}
+
+#[async_trait::async_trait]
+impl Health for Sqlite {
+    async fn round_trip(&self) -> Result<(), StoreError> {
+        let one =
+            |conn: &Connection| Ok(conn.query_row("SELECT 1", [], |row| row.get::<_, i64>(0))?);
+        self.write(one).await?;
+        self.read(one).await?;
+        Ok(())
     }
 }
 
