@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use durable_shared::TaskStatus;
-use durable_tests::{Client, Server, wait_progress, within};
+use durable_tests::{Client, Server, uninterrupted, wait_progress, within};
 use serde_json::{Value, json};
 
 const TASK_LIMIT: Duration = Duration::from_secs(60);
@@ -322,4 +322,62 @@ async fn the_probes_fail_while_the_database_is_locked_and_recover() {
         .wait_terminal(task["task_id"].as_str().unwrap(), Duration::from_secs(30))
         .await;
     assert_eq!(done.status, TaskStatus::Completed);
+}
+
+/// Holds the SQLite database at `path`'s write lock from another process for `seconds`;
+/// returns once it is held.
+async fn lock_database(path: &std::path::Path, seconds: u32) -> tokio::process::Child {
+    let mut locker = tokio::process::Command::new("python3")
+        .arg("-c")
+        .arg(format!(
+            "import sqlite3, sys, time\n\
+             db = sqlite3.connect(sys.argv[1], isolation_level=None)\n\
+             db.execute('BEGIN EXCLUSIVE')\n\
+             print('locked', flush=True)\n\
+             time.sleep({seconds})\n\
+             db.execute('ROLLBACK')\n"
+        ))
+        .arg(path)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3");
+    let mut lines = durable_tests::stdout_lines(&mut locker);
+    within(Duration::from_secs(10), "the lock", lines.recv()).await;
+    locker
+}
+
+/// A task whose step commits fail because another process holds the database's write lock
+/// longer than SQLite waits (5 s) is not left without a worker: it is claimed again once the
+/// lock is gone and ends exactly as an uninterrupted run does.
+#[tokio::test]
+async fn a_task_outlives_a_database_locked_longer_than_sqlite_waits() {
+    let args = json!({"total_items": 60, "batch_size": 2, "processing_delay": 4});
+    let scale = "0.05";
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--time-scale", scale]).await;
+    let client = Client::connect(&server.mcp_url(), None).await;
+    let started = client.call_ok("start_batch_processing", args.clone()).await;
+    let task_id = started["task_id"].as_str().unwrap().to_owned();
+    wait_progress(&client, &task_id, 4).await;
+    let database = dir.path().join("tasks.db");
+    if !database.is_file() {
+        eprintln!("skipped: this server keeps its state in PostgreSQL (see fleet.rs for cuts)");
+        return;
+    }
+    let mut locker = lock_database(&database, 8).await;
+    within(Duration::from_secs(30), "the lock to end", locker.wait())
+        .await
+        .unwrap();
+    let done = client.wait_terminal(&task_id, TASK_LIMIT).await;
+    assert!(
+        server
+            .log()
+            .contains("store error; the task is claimed again"),
+        "the lock never made a commit fail; hold it longer"
+    );
+    let (_baseline_dir, _baseline, baseline) =
+        uninterrupted(scale, "start_batch_processing", &args).await;
+    assert_eq!(done.status, TaskStatus::Completed, "{done:?}");
+    assert_eq!(done.result_data, baseline.result_data);
 }

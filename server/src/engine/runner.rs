@@ -5,15 +5,25 @@
 //! the moment its task is paused, cancelled or the server shuts down; since only committed steps
 //! count and `restore` undoes anything an uncommitted step left behind, each step's effect
 //! happens exactly once however the worker is interrupted.
+//!
+//! A store error (the database locked by another process, unreachable, out of space) does not
+//! end the worker: it waits, with backoff and without its running slot, and claims the task
+//! again, resuming from whatever is durable. So a task is never left without a worker while
+//! its process runs.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use super::kind::{Erased, Step, TaskKind};
 use super::{Inner, Milestone, TaskEvent, slots};
-use crate::store::StepCommit;
+use crate::store::{StepCommit, StoreError};
+
+/// The first wait after a store error; it doubles up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(5);
 
 pub(crate) struct RunContext {
     pub(crate) engine: Arc<Inner>,
@@ -36,27 +46,53 @@ pub(crate) async fn run<K: TaskKind>(
     slot: OwnedSemaphorePermit,
 ) {
     let slots = ctx.engine.queue.slots().clone();
-    slots::holding(slots, slot, advance(kind, ctx)).await;
+    slots::holding(slots, slot, advance_until_stopped(kind, ctx)).await;
 }
 
-async fn advance<K: TaskKind>(kind: Arc<Erased<K>>, ctx: RunContext) {
+/// Advances the task until it ends, is stopped or loses its lease, claiming it again after a
+/// store error.
+async fn advance_until_stopped<K: TaskKind>(kind: Arc<Erased<K>>, ctx: RunContext) {
+    let mut delay = RETRY_FIRST;
+    loop {
+        let Err(e) = advance(&kind, &ctx).await else {
+            return;
+        };
+        tracing::warn!(
+            task_id = ctx.task_id,
+            error = %e,
+            retry_in = ?delay,
+            "store error; the task is claimed again after a pause"
+        );
+        // The slot is lent out meanwhile: a store that fails is no reason to stop other work.
+        let stopped = slots::released(async {
+            tokio::select! {
+                _ = ctx.stop.cancelled() => true,
+                _ = tokio::time::sleep(delay) => false,
+            }
+        })
+        .await;
+        if stopped {
+            return;
+        }
+        delay = (delay * 2).min(RETRY_MAX);
+    }
+}
+
+/// One run of the worker from a fresh claim. `Err`: the store failed; what is durable stands,
+/// and a new claim resumes from it.
+async fn advance<K: TaskKind>(kind: &Erased<K>, ctx: &RunContext) -> Result<(), StoreError> {
     let engine = ctx.engine.clone();
     let id = ctx.task_id.as_str();
     if ctx.stop.is_cancelled() {
-        return;
+        return Ok(());
     }
-    let row = match engine.store.claim_task(id, &engine.claimant).await {
-        Ok(Some(row)) => row,
-        Ok(None) => return,
-        Err(e) => {
-            tracing::error!(task_id = id, error = %e, "cannot claim task; it stays unfinished");
-            return;
-        }
+    let Some(row) = engine.store.claim_task(id, &engine.claimant).await? else {
+        return Ok(());
     };
     // Paused, cancelled or superseded while claiming: a successor may be running already, and
     // this worker's `restore` must not touch what the successor restored.
     if ctx.stop.is_cancelled() {
-        return;
+        return Ok(());
     }
     let lease = row.lease;
     engine.claimed(id, ctx.generation, lease);
@@ -99,7 +135,7 @@ async fn advance<K: TaskKind>(kind: Arc<Erased<K>>, ctx: RunContext) {
             biased;
             _ = ctx.stop.cancelled() => {
                 tracing::debug!(task_id = id, step, "worker stopped between steps");
-                return;
+                return Ok(());
             }
             outcome = kind.kind().step(&params, &state, &env) => outcome,
         };
@@ -145,31 +181,26 @@ async fn advance<K: TaskKind>(kind: Arc<Erased<K>>, ctx: RunContext) {
                     tracing::info!(task_id = id, kind = K::NAME, steps = step, "task completed");
                     let milestone = Milestone::info(format!("task {id} ({}) completed", K::NAME));
                     engine.publish(TaskEvent::with(info, milestone));
-                    return;
+                    return Ok(());
                 }
                 engine.publish(TaskEvent::changed(info));
             }
             Ok(None) => {
                 tracing::debug!(task_id = id, step, "lease lost; step discarded");
-                return;
+                return Ok(());
             }
-            Err(e) => {
-                // The step may or may not be durable; a later run resumes from whatever is.
-                tracing::error!(task_id = id, error = %e, "cannot commit step; worker stops");
-                return;
-            }
+            // The step may or may not be durable; the next claim resumes from whatever is.
+            Err(e) => return Err(e),
         }
     }
 }
 
-async fn fail(engine: &Inner, id: &str, lease: i64, error: String) {
+/// Records that the task failed (if `lease` is still its worker's).
+async fn fail(engine: &Inner, id: &str, lease: i64, error: String) -> Result<(), StoreError> {
     tracing::warn!(task_id = id, %error, "task failed");
-    match engine.store.fail_task(id, lease, error.clone()).await {
-        Ok(Some(info)) => {
-            let milestone = Milestone::error(format!("task {id} failed: {error}"));
-            engine.publish(TaskEvent::with(info, milestone));
-        }
-        Ok(None) => {}
-        Err(e) => tracing::error!(task_id = id, error = %e, "cannot record failure"),
+    if let Some(info) = engine.store.fail_task(id, lease, error.clone()).await? {
+        let milestone = Milestone::error(format!("task {id} failed: {error}"));
+        engine.publish(TaskEvent::with(info, milestone));
     }
+    Ok(())
 }
