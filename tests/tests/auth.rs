@@ -571,7 +571,7 @@ async fn each_limit_is_named_when_hit_and_others_are_still_served() {
         "{body}"
     );
 
-    RawSession::open_as(&url, VERSION, Some(&token)).await;
+    let second = RawSession::open_as(&url, VERSION, Some(&token)).await;
     let refused = post_initialize(&server, Some(&token)).await;
     assert_eq!(refused.status(), 429);
     let body: Value = refused.json().await.unwrap();
@@ -579,6 +579,14 @@ async fn each_limit_is_named_when_hit_and_others_are_still_served() {
         body["error"]["data"]["limit"], "max_sessions_per_subject",
         "{body}"
     );
+    // A session closed gives its place back at once.
+    let closed = second
+        .request(reqwest::Method::DELETE)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(closed.status(), 204);
+    assert_eq!(post_initialize(&server, Some(&token)).await.status(), 200);
 
     // Someone else is served as ever.
     let dave = RawSession::open_as(&url, VERSION, Some(&issuer.token("dave", WRITE))).await;
