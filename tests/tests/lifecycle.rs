@@ -190,8 +190,13 @@ async fn sigterm_checkpoints_exits_and_the_task_resumes_at_next_start() {
             .await,
     );
     wait_progress(&client, &id, 10).await;
+    // A listening stream stays open: the server must cut it when the grace period ends.
+    let listener = durable_tests::raw::RawSession::open(&server.mcp_url(), "2025-11-25").await;
+    let _stream = listener.get(None).await;
     drop(client);
-    let status = server.terminate(Duration::from_secs(20)).await;
+    // Within `--shutdown-grace` (3 s), as the README promises, with a second for the process
+    // to exit; waiting for connections and for workers share that one grace period.
+    let status = server.terminate(Duration::from_secs(4)).await;
     assert!(status.success(), "exit status {status:?}");
     assert!(
         server.log().contains("all tasks checkpointed"),

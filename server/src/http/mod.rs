@@ -129,7 +129,16 @@ pub async fn run(
     )
     .with_graceful_shutdown(shutdown.clone().cancelled_owned());
 
+    // One grace period for everything after the signal, connections and workers together:
+    // the process exits within `--shutdown-grace`, as promised.
     let grace = config.shutdown_grace;
+    let deadline = {
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            shutdown.cancelled().await;
+            tokio::time::Instant::now() + grace
+        })
+    };
     tokio::select! {
         served = server => served.context("serving HTTP")?,
         // Graceful shutdown waits for open connections; a stuck one must not hold the process.
@@ -137,7 +146,11 @@ pub async fn run(
             tracing::warn!("connections still open after the grace period; closing them");
         }
     }
-    if engine.wait_stopped(grace).await {
+    let deadline = deadline
+        .await
+        .unwrap_or_else(|_| tokio::time::Instant::now());
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    if engine.wait_stopped(left).await {
         tracing::info!("all tasks checkpointed; they resume at the next start");
     } else {
         tracing::warn!(
