@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use jsonwebtoken::jwk::{Jwk, JwkSet};
+
+use crate::{Client, Server};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
 
@@ -67,6 +69,19 @@ impl Issuer {
             "--auth-jwks-file".into(),
             self.jwks_file.display().to_string(),
         ]
+    }
+
+    /// A server in `dir` that trusts this issuer, with `extra` flags.
+    pub async fn start_server(&self, dir: &Path, extra: &[&str]) -> Server {
+        let mut args = self.server_args();
+        args.extend(extra.iter().map(|arg| arg.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Server::start(dir, &args).await
+    }
+
+    /// A client of `server` with the operator scope, which sees every subject's tasks.
+    pub async fn operator(&self, server: &Server) -> Client {
+        Client::connect_with_token(&server.mcp_url(), &self.token("olga", OPERATOR)).await
     }
 
     /// Valid claims for `subject` with `scope`, valid for five minutes.

@@ -17,10 +17,7 @@ const UNKNOWN: &str = "not found";
 async fn server(extra: &[&str]) -> (tempfile::TempDir, Issuer, Server) {
     let dir = tempfile::tempdir().expect("temp dir");
     let issuer = Issuer::new(dir.path());
-    let mut args = issuer.server_args();
-    args.extend(extra.iter().map(|arg| arg.to_string()));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let server = Server::start(dir.path(), &args).await;
+    let server = issuer.start_server(dir.path(), extra).await;
     (dir, issuer, server)
 }
 

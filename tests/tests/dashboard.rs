@@ -455,15 +455,12 @@ async fn the_dashboard_signs_in_with_a_bearer_token_and_out_again() {
     let dir = tempfile::tempdir().unwrap();
     let issuer = durable_tests::auth::Issuer::new(dir.path());
     let dist = dist();
-    let mut args = issuer.server_args();
-    args.extend([
-        "--dashboard-dir".into(),
-        dist,
-        "--time-scale".into(),
-        "0.02".into(),
-    ]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let server = Server::start(dir.path(), &args).await;
+    let server = issuer
+        .start_server(
+            dir.path(),
+            &["--dashboard-dir", &dist, "--time-scale", "0.02"],
+        )
+        .await;
     let browser = Browser::start().await;
     browser.goto(&format!("http://{}/", server.addr)).await;
     browser
@@ -493,12 +490,10 @@ async fn the_dashboard_signs_in_with_a_bearer_token_and_out_again() {
     )
     .await;
     wait_status(&browser, &task, "completed").await;
-    let operator = Client::connect_with_token(
-        &server.mcp_url(),
-        &issuer.token("olga", durable_tests::auth::OPERATOR),
-    )
-    .await;
-    assert_eq!(operator.task(&task).await.owner, "dana");
+    assert_eq!(
+        issuer.operator(&server).await.task(&task).await.owner,
+        "dana"
+    );
     browser.click("[data-test=sign-out]").await;
     browser
         .wait_text("[data-test=sign-in-reason]", |t| t.contains("signed out"))

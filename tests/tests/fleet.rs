@@ -270,6 +270,28 @@ async fn a_call_whose_node_dies_is_finished_by_another_through_the_balancer() {
     watcher.close().await;
 }
 
+/// One node on a scratch database reached through a TCP proxy the test can cut.
+async fn proxied_node(
+    dir: &std::path::Path,
+    node_id: &str,
+    extra: &[&str],
+) -> (ScratchDatabase, Proxy, Server) {
+    let database = ScratchDatabase::from_env()
+        .await
+        .expect("fleet tests need DURABLE_MCP_TEST_POSTGRES")
+        .unwrap();
+    let proxy = Proxy::start(database_addr(database.url())).await;
+    let node = Server::start_node(
+        dir,
+        &through(database.url(), proxy.addr),
+        &dir.join("data"),
+        node_id,
+        extra,
+    )
+    .await;
+    (database, proxy, node)
+}
+
 /// A node whose connection to PostgreSQL is cut again and again while it runs tasks (a TCP
 /// proxy in front of the database drops every connection every few seconds): it answers while
 /// cut off, reconnects by itself, applies no step twice, and every task ends with exactly the
@@ -287,17 +309,9 @@ async fn a_node_cut_off_from_its_database_again_and_again_loses_nothing() {
     };
     let cut_run = async {
         let dir = tempfile::tempdir().unwrap();
-        let database = ScratchDatabase::from_env()
-            .await
-            .expect("fleet tests need DURABLE_MCP_TEST_POSTGRES")
-            .unwrap();
-        let proxy = Proxy::start(database_addr(database.url())).await;
-        let proxied = through(database.url(), proxy.addr);
         let ttl = format!("{}s", LEASE_TTL.as_secs());
-        let node = Server::start_node(
+        let (database, proxy, node) = proxied_node(
             dir.path(),
-            &proxied,
-            &dir.path().join("data"),
             "cut-node",
             &["--time-scale", scale, "--lease-ttl", &ttl],
         )
@@ -647,19 +661,7 @@ async fn a_node_stopping_gracefully_hands_its_task_over_at_once() {
 #[tokio::test]
 async fn a_node_cut_off_from_its_database_is_not_ready_until_it_is_back() {
     let dir = tempfile::tempdir().unwrap();
-    let database = ScratchDatabase::from_env()
-        .await
-        .expect("fleet tests need DURABLE_MCP_TEST_POSTGRES")
-        .unwrap();
-    let proxy = Proxy::start(database_addr(database.url())).await;
-    let node = Server::start_node(
-        dir.path(),
-        &through(database.url(), proxy.addr),
-        &dir.path().join("data"),
-        "probe-node",
-        &[],
-    )
-    .await;
+    let (_database, proxy, node) = proxied_node(dir.path(), "probe-node", &[]).await;
     let readyz = format!("http://{}/readyz", node.addr);
     let status = || {
         let readyz = readyz.clone();

@@ -3,20 +3,26 @@
 //! once and it falls back to `initialize`; it lists tools, starts a task, subscribes, reads the
 //! status until completed, and gets a clear error for a bad call.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use durable_tests::Server;
 use serde_json::Value;
 use tokio::process::Command;
 
-#[tokio::test]
-async fn the_python_sdk_client_lists_starts_follows_and_gets_errors() {
+/// The interop directory and its virtualenv's Python, which `scripts/setup` installs.
+fn interop_python() -> (&'static Path, PathBuf) {
     let interop = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/interop"));
     let python = interop.join(".venv/bin/python");
     assert!(
         python.is_file(),
         "the Python SDK is not installed; run scripts/setup"
     );
+    (interop, python)
+}
+
+#[tokio::test]
+async fn the_python_sdk_client_lists_starts_follows_and_gets_errors() {
+    let (interop, python) = interop_python();
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path(), &["--time-scale", "0.01"]).await;
     let output = durable_tests::output_within(
@@ -55,18 +61,12 @@ async fn the_python_sdk_client_lists_starts_follows_and_gets_errors() {
 /// client: refused without it; with it, the task is the token subject's.
 #[tokio::test]
 async fn the_python_sdk_client_connects_with_a_bearer_token() {
-    let interop = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/interop"));
-    let python = interop.join(".venv/bin/python");
-    assert!(
-        python.is_file(),
-        "the Python SDK is not installed; run scripts/setup"
-    );
+    let (interop, python) = interop_python();
     let dir = tempfile::tempdir().unwrap();
     let issuer = durable_tests::auth::Issuer::new(dir.path());
-    let mut args = issuer.server_args();
-    args.extend(["--time-scale".into(), "0.01".into()]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let server = Server::start(dir.path(), &args).await;
+    let server = issuer
+        .start_server(dir.path(), &["--time-scale", "0.01"])
+        .await;
     let run = |token: Option<String>| {
         let mut command = Command::new(&python);
         command
@@ -91,11 +91,6 @@ async fn the_python_sdk_client_connects_with_a_bearer_token() {
     let report: Value = serde_json::from_slice(&output.stdout).expect("a JSON report");
     assert_eq!(report["final_status"], "completed", "{report}");
     assert_eq!(report["result"]["processed"], 6);
-    let operator = durable_tests::Client::connect_with_token(
-        &server.mcp_url(),
-        &issuer.token("olga", durable_tests::auth::OPERATOR),
-    )
-    .await;
-    let listed = operator.read("task://list").await;
+    let listed = issuer.operator(&server).await.read("task://list").await;
     assert_eq!(listed["tasks"][0]["owner"], "py-user", "{listed}");
 }

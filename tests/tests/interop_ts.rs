@@ -131,10 +131,9 @@ async fn the_typescript_sdk_lists_starts_subscribes_follows_and_gets_errors() {
 async fn the_typescript_sdk_connects_with_a_bearer_token() {
     let dir = tempfile::tempdir().unwrap();
     let issuer = durable_tests::auth::Issuer::new(dir.path());
-    let mut args = issuer.server_args();
-    args.extend(["--time-scale".into(), "0.01".into()]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let server = Server::start(dir.path(), &args).await;
+    let server = issuer
+        .start_server(dir.path(), &["--time-scale", "0.01"])
+        .await;
     let run = |token: Option<String>| {
         let mut command = Command::new("node");
         command
@@ -160,12 +159,7 @@ async fn the_typescript_sdk_connects_with_a_bearer_token() {
     let report: Value = serde_json::from_slice(&output.stdout).expect("a JSON report");
     assert_eq!(report["final_status"], "completed", "{report}");
     assert_eq!(report["processed"], 5);
-    let operator = durable_tests::Client::connect_with_token(
-        &server.mcp_url(),
-        &issuer.token("olga", durable_tests::auth::OPERATOR),
-    )
-    .await;
-    let listed = operator.read("task://list").await;
+    let listed = issuer.operator(&server).await.read("task://list").await;
     assert_eq!(listed["tasks"][0]["owner"], "ts-user", "{listed}");
 }
 

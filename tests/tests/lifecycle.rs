@@ -287,23 +287,7 @@ async fn the_probes_fail_while_the_database_is_locked_and_recover() {
         return;
     }
     // Another process takes the write lock for four seconds.
-    let mut locker = tokio::process::Command::new("python3")
-        .arg("-c")
-        .arg(
-            "import sqlite3, sys, time\n\
-             db = sqlite3.connect(sys.argv[1], isolation_level=None)\n\
-             db.execute('BEGIN EXCLUSIVE')\n\
-             print('locked', flush=True)\n\
-             time.sleep(4)\n\
-             db.execute('ROLLBACK')\n",
-        )
-        .arg(&database)
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("python3");
-    let mut lines = durable_tests::stdout_lines(&mut locker);
-    within(Duration::from_secs(10), "the lock", lines.recv()).await;
+    let _locker = lock_database(&database, 4).await;
     let (status, body) = probe("/readyz").await;
     assert_eq!(status, 503, "{body}");
     assert!(

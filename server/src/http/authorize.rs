@@ -221,7 +221,10 @@ pub async fn require_scopes(request: Request, next: Next) -> Response {
     let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
         return StatusCode::PAYLOAD_TOO_LARGE.into_response();
     };
-    if let Ok(message) = serde_json::from_slice::<Value>(&bytes) {
+    // Every request needing more than reading names a `tools/` or `tasks/` method.
+    if super::task_requests::worth_parsing(&bytes)
+        && let Ok(message) = serde_json::from_slice::<Value>(&bytes)
+    {
         let messages = match &message {
             Value::Array(batch) => batch.iter().collect(),
             single => vec![single],

@@ -340,10 +340,7 @@ async fn probe(store: &Store, shutdown: Option<&CancellationToken>) -> axum::res
     match tokio::time::timeout(PROBE_TIMEOUT, store.round_trip()).await {
         Ok(Ok(())) => axum::Json(serde_json::json!({"status": "ok"})).into_response(),
         Ok(Err(e)) => {
-            let cause = std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(": ");
+            let cause = e.with_causes();
             tracing::warn!(cause, "health probe: the store cannot serve");
             unavailable(format!("the store cannot serve: {cause}"))
         }

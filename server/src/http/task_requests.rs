@@ -93,9 +93,9 @@ fn unreadable(body: &[u8]) -> ApiError {
     }
 }
 
-/// Whether a body may hold a request to rename: every renamed method has `tools/` or `tasks/`
-/// in its name, so the others skip the JSON parse.
-fn worth_parsing(body: &[u8]) -> bool {
+/// Whether a body may hold a request to rename (or, in `authorize`, one needing a scope): each
+/// such method has `tools/` or `tasks/` in its name, so the others skip the JSON parse.
+pub(super) fn worth_parsing(body: &[u8]) -> bool {
     let mentions = |needle: &[u8]| body.windows(needle.len()).any(|window| window == needle);
     mentions(b"tools/") || mentions(b"tasks/")
 }

@@ -123,13 +123,8 @@ impl From<ApiError> for McpError {
                 McpError::internal_error(UNREACHABLE, None)
             }
             ApiError::Store(e) => {
-                // The whole chain: a failed group commit carries its SQLite cause as a source.
-                let chain: Vec<String> =
-                    std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
-                        .map(ToString::to_string)
-                        .collect();
                 tracing::error!(
-                    error = chain.join(": "),
+                    error = e.with_causes(),
                     "storage failure while serving a request"
                 );
                 McpError::internal_error("internal storage error; see the server log", None)

@@ -85,6 +85,15 @@ impl Claimant {
 }
 
 impl StoreError {
+    /// The error with its causes, `: `-separated: a failed group commit carries its SQLite
+    /// cause as a source.
+    pub fn with_causes(&self) -> String {
+        std::iter::successors(Some(self as &dyn std::error::Error), |e| e.source())
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(": ")
+    }
+
     /// Whether the database could not be reached (a connection refused, cut or timed out), as
     /// opposed to refusing the request: the caller may retry once it is back.
     pub fn is_unavailable(&self) -> bool {
