@@ -23,8 +23,18 @@ use tracing_subscriber::EnvFilter;
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+    /// How logs are written to stderr: `text` for people, `json` (one object per line, with
+    /// the request's or task step's span) for a log collector.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "DURABLE_MCP_LOG_FORMAT")]
+    log_format: LogFormat,
     #[command(flatten)]
     serve: ServeArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -43,13 +53,19 @@ async fn main() -> anyhow::Result<ExitCode> {
         Some(Command::Client(_)) => "warn,rmcp=off",
         _ => "info,tower_http=warn,rmcp=warn",
     };
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter)),
         )
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => logs
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .init(),
+    }
 
     let args = match cli.command {
         Some(Command::Serve(args)) => *args,

@@ -373,6 +373,7 @@ fn event(stream_id: &str, session: &str, n: u64) -> NewEvent {
         retry_ms: None,
         finishes: false,
         binding: None,
+        opens: true,
     }
 }
 

@@ -103,6 +103,7 @@ async fn replay(db: &std::path::Path, session: &Session) {
         retry_ms: None,
         finishes: false,
         binding: None,
+        opens: true,
     };
     let first = writer.append(event(0)).await.unwrap();
     for n in 1..=MISSED {

@@ -32,6 +32,7 @@ fn event(stream_id: &str, session: Option<&str>, n: u64) -> NewEvent {
         retry_ms: None,
         finishes: false,
         binding: None,
+        opens: true,
     }
 }
 

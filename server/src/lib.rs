@@ -9,6 +9,7 @@ pub mod kinds;
 pub mod mcp;
 pub mod store;
 pub mod streams;
+pub mod telemetry;
 
 /// The README's Rust examples, compiled and run as doctests so they stay true.
 #[doc = include_str!("../../README.md")]

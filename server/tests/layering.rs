@@ -11,14 +11,23 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "http",
         &[
-            "auth", "config", "engine", "kinds", "mcp", "store", "streams",
+            "auth",
+            "config",
+            "engine",
+            "kinds",
+            "mcp",
+            "store",
+            "streams",
+            "telemetry",
         ],
     ),
-    ("mcp", &["auth", "config", "engine", "streams"]),
-    ("streams", &["store"]),
+    ("mcp", &["auth", "config", "engine", "streams", "telemetry"]),
+    ("streams", &["store", "telemetry"]),
     ("kinds", &["engine"]),
-    ("engine", &["store"]),
-    ("store", &[]),
+    ("engine", &["store", "telemetry"]),
+    ("store", &["telemetry"]),
+    // Names of the metrics, recorded where things happen.
+    ("telemetry", &[]),
     ("config", &["auth", "store"]),
     ("auth", &[]),
 ];

@@ -99,6 +99,20 @@ impl Env {
     }
 }
 
+/// Runs blocking work of a step (file I/O, fsync, hashing) without stalling the runtime's other
+/// tasks: tokio hands them to other threads meanwhile. Unlike `spawn_blocking` this adds no
+/// await point, so a step stays uninterruptible in the middle of its effect: a worker stopped
+/// by a pause never leaves a write running behind it while its successor restores.
+pub fn blocking<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) if runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(work)
+        }
+        // A single-threaded runtime (unit tests) has no other thread to hand tasks to.
+        _ => work(),
+    }
+}
+
 /// What opening `path` (the value of `field`) through [`Env::dir`] failing means to a client.
 pub fn path_error(field: &str, path: &str, error: &std::io::Error) -> ParamError {
     let message = match error.kind() {

@@ -23,7 +23,7 @@ use tokio::sync::{OwnedSemaphorePermit, broadcast, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use kind::{Env, KindInfo, Plan, Step, StepError, TaskKind, path_error};
+pub use kind::{Env, KindInfo, Plan, Step, StepError, TaskKind, blocking, path_error};
 use kind::{Erased, ErasedKind};
 use runner::RunContext;
 
@@ -588,7 +588,7 @@ impl Engine {
 
     /// Validates `params` for `kind` in `owner`'s environment: the task to store, refused if
     /// `owner` is at its limit or another unfinished task holds what it needs exclusively.
-    fn planned(
+    async fn planned(
         &self,
         kind: &str,
         owner: &str,
@@ -601,7 +601,16 @@ impl Engine {
             .get(kind)
             .cloned()
             .ok_or_else(|| EngineError::UnknownKind(kind.to_owned()))?;
-        let planned = erased.plan(params, &self.inner.env.for_owner(owner))?;
+        let env = self.inner.env.for_owner(owner);
+        let planner = erased.clone();
+        // Planning may read a whole source file: off the async workers, so that other calls go
+        // on meanwhile.
+        let planned = tokio::task::spawn_blocking(move || planner.plan(params, &env))
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "planning a task panicked");
+                ParamError::general("the server failed while checking the parameters")
+            })??;
         let (field, exclusive) = planned.exclusive.unzip();
         let task = NewTask {
             id: id(&planned.params),
@@ -649,7 +658,9 @@ impl Engine {
             kind: erased,
             task,
             exclusive_field: field,
-        } = self.planned(kind, owner, |_| uuid::Uuid::new_v4().to_string(), params)?;
+        } = self
+            .planned(kind, owner, |_| uuid::Uuid::new_v4().to_string(), params)
+            .await?;
         let params = task.params.clone();
         let info = self
             .inner
@@ -677,12 +688,14 @@ impl Engine {
             kind: erased,
             task,
             exclusive_field: field,
-        } = self.planned(
-            kind,
-            owner,
-            |params| self.derive_id(kind, owner, params),
-            params,
-        )?;
+        } = self
+            .planned(
+                kind,
+                owner,
+                |params| self.derive_id(kind, owner, params),
+                params,
+            )
+            .await?;
         let params = task.params.clone();
         let (info, created) = self
             .inner

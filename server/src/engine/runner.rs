@@ -16,10 +16,12 @@ use std::time::Duration;
 
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::kind::{Erased, Step, TaskKind};
 use super::{Inner, Milestone, TaskEvent, slots};
 use crate::store::{StepCommit, StoreError};
+use crate::telemetry;
 
 /// The first wait after a store error; it doubles up to [`RETRY_MAX`].
 const RETRY_FIRST: Duration = Duration::from_millis(100);
@@ -57,6 +59,7 @@ async fn advance_until_stopped<K: TaskKind>(kind: Arc<Erased<K>>, ctx: RunContex
         let Err(e) = advance(&kind, &ctx).await else {
             return;
         };
+        metrics::counter!(telemetry::STORE_ERRORS, "during" => "step").increment(1);
         tracing::warn!(
             task_id = ctx.task_id,
             error = %e,
@@ -120,7 +123,7 @@ async fn advance<K: TaskKind>(kind: &Erased<K>, ctx: &RunContext) -> Result<(), 
         }
     };
     let env = engine.env.for_owner(&row.info.owner);
-    if let Err(e) = kind.kind().restore(&params, &state, &env) {
+    if let Err(e) = super::kind::blocking(|| kind.kind().restore(&params, &state, &env)) {
         return fail(
             &engine,
             id,
@@ -131,13 +134,14 @@ async fn advance<K: TaskKind>(kind: &Erased<K>, ctx: &RunContext) -> Result<(), 
     }
 
     loop {
+        let span = tracing::info_span!("step", task_id = id, kind = K::NAME, step = step + 1);
         let outcome = tokio::select! {
             biased;
             _ = ctx.stop.cancelled() => {
                 tracing::debug!(task_id = id, step, "worker stopped between steps");
                 return Ok(());
             }
-            outcome = kind.kind().step(&params, &state, &env) => outcome,
+            outcome = kind.kind().step(&params, &state, &env).instrument(span.clone()) => outcome,
         };
         let (next, progress, message, output) = match outcome {
             Ok(Step::Continue {
@@ -173,8 +177,12 @@ async fn advance<K: TaskKind>(kind: &Erased<K>, ctx: &RunContext) -> Result<(), 
             message,
             result,
         };
-        match engine.store.commit_step(commit).await {
+        let started = std::time::Instant::now();
+        let committed = engine.store.commit_step(commit).instrument(span).await;
+        metrics::histogram!(telemetry::STEP_COMMIT_SECONDS).record(started.elapsed().as_secs_f64());
+        match committed {
             Ok(Some(info)) => {
+                metrics::counter!(telemetry::STEPS_COMMITTED).increment(1);
                 step += 1;
                 state = next;
                 if done {

@@ -25,6 +25,7 @@ use axum::middleware::from_fn_with_state;
 use axum::response::Html;
 use axum::routing::{any, get};
 use axum::serve::ListenerExt;
+use durable_shared::TaskStatus;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{
     SessionManager, StreamableHttpServerConfig, StreamableHttpService,
@@ -43,6 +44,7 @@ use crate::kinds;
 use crate::mcp::{CLIENT_ID_HEADER, DurableServer, Shared, TaskTtl, legacy_capability, relay};
 use crate::store::Store;
 use crate::streams::StreamStore;
+use crate::telemetry;
 use authorize::AuthState;
 use resume::ResumeState;
 
@@ -62,6 +64,8 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
+    // Installed before anything is recorded, so that /metrics counts from the start.
+    telemetry::recorder();
     let verifier = match &config.auth {
         Some(auth) => Some(
             Verifier::load(auth.clone())
@@ -111,12 +115,12 @@ pub async fn run(
     let app = router(
         &config,
         engine.clone(),
-        streams,
+        streams.clone(),
         sessions,
         verifier,
         shutdown.clone(),
     )
-    .merge(probes(store, shutdown.clone()));
+    .merge(operations(store, streams, shutdown.clone()));
     let server = axum::serve(
         listener.tap_io(|stream| {
             // rmcp writes SSE replies in small pieces; without NODELAY each waits ~40 ms for a
@@ -284,7 +288,22 @@ fn router(
     }
     app.fallback_service(dashboard(config))
         .layer(cors(&origins))
-        .layer(TraceLayer::new_for_http())
+        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+}
+
+/// The span every request's logs carry, at the level the server logs at by default.
+fn request_span(request: &Request) -> tracing::Span {
+    let session = request
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or("");
+    tracing::info_span!(
+        "request",
+        method = %request.method(),
+        path = request.uri().path(),
+        session,
+    )
 }
 
 /// `mcp`'s routes behind the middleware, outermost first: authorization and the request
@@ -305,16 +324,50 @@ fn guarded(mcp: Router, auth: AuthState, resume: ResumeState, max_body_bytes: us
         .route_layer(from_fn_with_state(auth, authorize::authorize))
 }
 
+/// `/metrics`: the counters and histograms recorded so far (see [`crate::telemetry`]), with the
+/// gauges of current state read now. Aggregates only: no task, owner or session is named.
+async fn metrics(store: Store, streams: StreamStore) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let handle = telemetry::recorder();
+    match tokio::time::timeout(PROBE_TIMEOUT, store.status_counts()).await {
+        Ok(Ok(counts)) => {
+            for status in TaskStatus::ALL {
+                let count = counts.get(&status).copied().unwrap_or(0);
+                metrics::gauge!(telemetry::TASKS, "status" => status.as_str()).set(count as f64);
+            }
+        }
+        Ok(Err(e)) => tracing::warn!(error = e.with_causes(), "metrics: cannot count tasks"),
+        Err(_) => tracing::warn!("metrics: counting tasks timed out"),
+    }
+    metrics::gauge!(telemetry::OPEN_STREAMS).set(streams.open_stream_total() as f64);
+    metrics::gauge!(telemetry::SESSIONS).set(streams.known_sessions() as f64);
+    if let Some(bytes) = telemetry::resident_bytes() {
+        metrics::gauge!(telemetry::PROCESS_RESIDENT_BYTES).set(bytes as f64);
+    }
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        handle.render(),
+    )
+        .into_response()
+}
+
 /// How long a probe waits for the store's round trip.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// `/healthz` and `/readyz`: 200 once the store answers a write's and a read's round trip
-/// within [`PROBE_TIMEOUT`], else 503 with the cause (a dead or stuck writer thread, an
-/// unreachable database). `/readyz` also answers 503 once the server is shutting down, so a
-/// balancer stops sending it work while it drains.
-fn probes(store: Store, shutdown: CancellationToken) -> Router {
-    let health = store.clone();
+/// What an operator's tools ask: `/metrics`, and the probes `/healthz` and `/readyz`: 200 once
+/// the store answers a write's and a read's round trip within [`PROBE_TIMEOUT`], else 503 with
+/// the cause (a dead or stuck writer thread, an unreachable database). `/readyz` also answers
+/// 503 once the server is shutting down, so a balancer stops sending it work while it drains.
+fn operations(store: Store, streams: StreamStore, shutdown: CancellationToken) -> Router {
+    let (health, counted) = (store.clone(), store.clone());
     Router::new()
+        .route(
+            "/metrics",
+            get(move || metrics(counted.clone(), streams.clone())),
+        )
         .route(
             "/healthz",
             get(move || async move { probe(&health, None).await }),

@@ -491,6 +491,7 @@ impl Rewriter {
                 retry_ms: Some(retry_ms),
                 finishes: false,
                 binding: None,
+                opens: true,
             })
             .await;
         match appended {

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::splitmix64;
-use crate::engine::{Env, Plan, Step, StepError, TaskKind};
+use crate::engine::{Env, Plan, Step, StepError, TaskKind, blocking};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BatchState {
@@ -50,13 +50,17 @@ impl TaskKind for BatchProcessing {
         hasher.update(
             hex::decode(&state.digest).map_err(|e| StepError(format!("corrupt digest: {e}")))?,
         );
-        let mut checksum = state.checksum;
-        for index in state.processed..end {
-            let value = item_value(index);
-            hasher.update(index.to_le_bytes());
-            hasher.update(value.to_le_bytes());
-            checksum += value;
-        }
+        // Up to a million items: hashing them would hold up the runtime's other tasks.
+        let checksum = blocking(|| {
+            let mut checksum = state.checksum;
+            for index in state.processed..end {
+                let value = item_value(index);
+                hasher.update(index.to_le_bytes());
+                hasher.update(value.to_le_bytes());
+                checksum += value;
+            }
+            checksum
+        });
         let next = BatchState {
             processed: end,
             batches: state.batches + 1,

@@ -22,7 +22,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use super::splitmix64;
-use crate::engine::{Env, Plan, Step, StepError, TaskKind, path_error};
+use crate::engine::{Env, Plan, Step, StepError, TaskKind, blocking, path_error};
 
 const BATCH: u64 = 100;
 /// Reference pacing: one second per batch.
@@ -322,89 +322,98 @@ impl TaskKind for DataMigration {
         env: &Env,
     ) -> Result<Step<MigrationState, MigrationResult>, StepError> {
         env.pace(SECONDS_PER_BATCH).await;
-        // From here to the end, no await: the batch's I/O cannot be interrupted half-way.
-        let (source, destination) = paths(params, env)?;
-        let dir = data_dir(env)?;
-        let count = BATCH.min(params.record_count - state.records_done);
-        let (records, source_offset) = match source_format(&params.source_path)? {
-            SourceFormat::Sample(name) => (
-                (state.records_done..state.records_done + count)
-                    .map(|index| sample_record(name, index))
-                    .collect::<Vec<_>>(),
-                0,
-            ),
-            format => {
-                let source =
-                    source.ok_or_else(|| StepError("file source without a path".into()))?;
-                read_file_records(
-                    open_source(&dir, &source)?,
-                    format,
-                    state.source_offset,
-                    count,
-                )?
-            }
-        };
-        if (records.len() as u64) < count {
-            return Err(StepError(format!(
-                "source ended after {} records; {} were requested",
-                state.records_done + records.len() as u64,
-                params.record_count
-            )));
-        }
-        let mut batch = Vec::new();
-        for record in &records {
-            serde_json::to_writer(&mut batch, record)?;
-            batch.push(b'\n');
-        }
-        let mut file = dir
-            .open_with(&destination, OpenOptions::new().write(true))?
-            .into_std();
-        file.seek(SeekFrom::Start(state.destination_bytes))?;
-        file.write_all(&batch)?;
-        file.sync_data()?;
+        // No await from here on: the batch's I/O cannot be interrupted half-way.
+        blocking(|| migrate_batch(params, state, env))
+    }
+}
 
-        let next = MigrationState {
-            records_done: state.records_done + count,
-            destination_bytes: state.destination_bytes + batch.len() as u64,
-            source_offset,
-        };
-        let message = format!(
-            "Migrated {}/{} records",
-            next.records_done, params.record_count
-        );
-        if next.records_done < params.record_count {
-            return Ok(Step::Continue {
-                progress: next.records_done,
-                state: next,
-                message,
-            });
+/// Copies the next batch of records to the destination, fsynced, and after the last one
+/// hashes the whole destination.
+fn migrate_batch(
+    params: &MigrationParams,
+    state: &MigrationState,
+    env: &Env,
+) -> Result<Step<MigrationState, MigrationResult>, StepError> {
+    let (source, destination) = paths(params, env)?;
+    let dir = data_dir(env)?;
+    let count = BATCH.min(params.record_count - state.records_done);
+    let (records, source_offset) = match source_format(&params.source_path)? {
+        SourceFormat::Sample(name) => (
+            (state.records_done..state.records_done + count)
+                .map(|index| sample_record(name, index))
+                .collect::<Vec<_>>(),
+            0,
+        ),
+        format => {
+            let source = source.ok_or_else(|| StepError("file source without a path".into()))?;
+            read_file_records(
+                open_source(&dir, &source)?,
+                format,
+                state.source_offset,
+                count,
+            )?
         }
-        let mut hasher = Sha256::new();
-        let mut written = dir.open(&destination)?.into_std();
-        let mut buffer = vec![0; 64 * 1024];
-        loop {
-            let read = written.read(&mut buffer)?;
-            if read == 0 {
-                break;
-            }
-            hasher.update(&buffer[..read]);
-        }
-        let output = MigrationResult {
-            migrated_records: next.records_done,
-            total_records: params.record_count,
-            source_path: params.source_path.clone(),
-            destination_path: params.destination_path.clone(),
-            destination_bytes: next.destination_bytes,
-            destination_sha256: hex::encode(hasher.finalize()),
-            success: true,
-        };
-        Ok(Step::Done {
+    };
+    if (records.len() as u64) < count {
+        return Err(StepError(format!(
+            "source ended after {} records; {} were requested",
+            state.records_done + records.len() as u64,
+            params.record_count
+        )));
+    }
+    let mut batch = Vec::new();
+    for record in &records {
+        serde_json::to_writer(&mut batch, record)?;
+        batch.push(b'\n');
+    }
+    let mut file = dir
+        .open_with(&destination, OpenOptions::new().write(true))?
+        .into_std();
+    file.seek(SeekFrom::Start(state.destination_bytes))?;
+    file.write_all(&batch)?;
+    file.sync_data()?;
+
+    let next = MigrationState {
+        records_done: state.records_done + count,
+        destination_bytes: state.destination_bytes + batch.len() as u64,
+        source_offset,
+    };
+    let message = format!(
+        "Migrated {}/{} records",
+        next.records_done, params.record_count
+    );
+    if next.records_done < params.record_count {
+        return Ok(Step::Continue {
             progress: next.records_done,
             state: next,
             message,
-            output,
-        })
+        });
     }
+    let mut hasher = Sha256::new();
+    let mut written = dir.open(&destination)?.into_std();
+    let mut buffer = vec![0; 64 * 1024];
+    loop {
+        let read = written.read(&mut buffer)?;
+        if read == 0 {
+            break;
+        }
+        hasher.update(&buffer[..read]);
+    }
+    let output = MigrationResult {
+        migrated_records: next.records_done,
+        total_records: params.record_count,
+        source_path: params.source_path.clone(),
+        destination_path: params.destination_path.clone(),
+        destination_bytes: next.destination_bytes,
+        destination_sha256: hex::encode(hasher.finalize()),
+        success: true,
+    };
+    Ok(Step::Done {
+        progress: next.records_done,
+        state: next,
+        message,
+        output,
+    })
 }
 
 #[cfg(test)]

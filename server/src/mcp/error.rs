@@ -15,6 +15,7 @@ use rmcp::model::{CallToolResult, ContentBlock, ErrorCode};
 use serde_json::json;
 
 use crate::engine::{EngineError, StoreError};
+use crate::telemetry;
 
 /// A failure as a client sees it.
 #[derive(Debug, thiserror::Error)]
@@ -56,11 +57,6 @@ pub enum ApiError {
     #[error(transparent)]
     Store(#[from] StoreError),
 }
-
-/// What a client is told while the database cannot be reached (a fleet node cut off from
-/// PostgreSQL): nothing it sent was lost, and it can retry.
-const UNREACHABLE: &str = "the database is unreachable right now; the server reconnects by \
-                           itself: retry shortly";
 
 impl ApiError {
     pub fn invalid(message: impl Into<String>) -> Self {
@@ -118,11 +114,16 @@ impl From<ApiError> for McpError {
                 McpError::invalid_request(message, Some(json!({"limit": limit})))
             }
             ApiError::Unavailable(message) => McpError::internal_error(message, None),
-            ApiError::Store(e) if e.is_unavailable() => {
-                tracing::warn!(error = %e, "the database is unreachable");
-                McpError::internal_error(UNREACHABLE, None)
+            ApiError::Store(e) if let Some(cause) = e.passing_cause() => {
+                metrics::counter!(telemetry::STORE_ERRORS, "during" => "request").increment(1);
+                tracing::warn!(
+                    error = e.with_causes(),
+                    "the store cannot serve a request now"
+                );
+                McpError::internal_error(cause, None)
             }
             ApiError::Store(e) => {
+                metrics::counter!(telemetry::STORE_ERRORS, "during" => "request").increment(1);
                 tracing::error!(
                     error = e.with_causes(),
                     "storage failure while serving a request"

@@ -29,6 +29,7 @@ use super::routes::{Delivery, Inbox, Next, Routes, SessionKey};
 use super::tasks::{detailed_task, legacy_task, speaks_legacy_tasks};
 use super::{DurableServer, Shared};
 use crate::engine::{Change, Engine, MilestoneLevel, TaskHandle};
+use crate::telemetry;
 
 fn rank(level: LoggingLevel) -> u8 {
     match level {
@@ -76,6 +77,7 @@ pub(super) async fn route_events(shared: Arc<Shared>) {
                 shared.routes.route(event);
             }
             Err(RecvError::Lagged(missed)) => {
+                metrics::counter!(telemetry::ROUTER_LAGGED_EVENTS).increment(missed);
                 tracing::warn!(missed, "event router lagged; resynchronising every session");
                 shared.routes.all_lagging(routed_up_to_ms);
             }
@@ -161,6 +163,7 @@ impl Forwarder {
             let sent = match next {
                 Some(Next::Deliver(delivery)) => Box::pin(self.deliver(delivery)).await,
                 Some(Next::Resync { since_ms }) => {
+                    metrics::counter!(telemetry::FORWARDER_RESYNCS).increment(1);
                     tracing::warn!(
                         session = self.key,
                         "notifications fell behind; resynchronising"

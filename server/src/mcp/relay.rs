@@ -83,6 +83,28 @@ async fn relay(
     streams: &StreamStore,
     binding: CallBinding,
 ) -> Result<(), RelayError> {
+    match relay_until_answered(engine, streams, &binding).await {
+        // The call's stream ended (a handler answered it before dying) or went with its
+        // session: nothing is left to say on it.
+        Err(RelayError::Store(StoreError::Refused(crate::streams::Refusal::StreamEnded {
+            ..
+        }))) => {
+            tracing::info!(
+                binding = binding.id,
+                "the interrupted call's stream has ended"
+            );
+            streams.finish_binding(&binding.id).await?;
+            Ok(())
+        }
+        outcome => outcome,
+    }
+}
+
+async fn relay_until_answered(
+    engine: Engine,
+    streams: &StreamStore,
+    binding: &CallBinding,
+) -> Result<(), RelayError> {
     let Some(stream_id) = binding.stream_id.clone() else {
         // The call died before its first progress notification was stored: no client can
         // have a resumption token for it, and calling again attaches to the task.
@@ -167,6 +189,7 @@ async fn append(
             retry_ms: None,
             finishes,
             binding: None,
+            opens: false,
         })
         .await?;
     Ok(())

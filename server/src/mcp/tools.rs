@@ -17,11 +17,12 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, tool, tool_router};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 use super::DurableServer;
 use super::error::ApiError;
 use crate::engine::{EngineError, KindInfo};
-use crate::streams::{BINDING_META_KEY, CallBinding};
+use crate::streams::{BINDING_META_KEY, CallBinding, StreamStore};
 
 /// Tasks `list_session_tasks` returns at most, newest first.
 const SESSION_TASK_LIMIT: usize = 200;
@@ -136,7 +137,7 @@ impl DurableServer {
         };
         let meta = binding.as_ref().map(|binding| {
             let mut meta = serde_json::Map::new();
-            meta.insert(BINDING_META_KEY.into(), Value::String(binding.clone()));
+            meta.insert(BINDING_META_KEY.into(), Value::String(binding.id.clone()));
             NotificationMetaObject(MetaObject(meta))
         });
         let mut reported = None;
@@ -157,8 +158,8 @@ impl DurableServer {
                 let _ = ctx.peer.notify_progress(param).await;
             }
             if let Some(outcome) = processing_outcome(&current) {
-                if let Some(binding) = &binding {
-                    self.shared.streams.finish_binding(binding).await?;
+                if let Some(binding) = binding {
+                    binding.finish().await?;
                 }
                 return Ok(outcome);
             }
@@ -356,7 +357,7 @@ impl DurableServer {
         session_id: String,
         ctx: &RequestContext<RoleServer>,
         token: &ProgressToken,
-    ) -> Result<String, McpError> {
+    ) -> Result<OpenCall, McpError> {
         let binding = CallBinding {
             id: uuid::Uuid::new_v4().to_string(),
             task_id: task_id.to_owned(),
@@ -367,7 +368,48 @@ impl DurableServer {
         };
         let id = binding.id.clone();
         self.shared.streams.bind_call(binding).await?;
-        Ok(id)
+        Ok(OpenCall {
+            id,
+            streams: self.shared.streams.clone(),
+            shutdown: self.shared.shutdown.clone(),
+            finished: false,
+        })
+    }
+}
+
+/// A call's binding while its handler runs. A handler that ends without the task's outcome
+/// (the client cancelled, an error, the future dropped) finishes the binding as it goes, so
+/// that the relay of a later start never answers the call a second time. Only a shutdown (or a
+/// crash) leaves it open: then the next start's relay finishes the call.
+struct OpenCall {
+    id: String,
+    streams: StreamStore,
+    shutdown: CancellationToken,
+    finished: bool,
+}
+
+impl OpenCall {
+    /// Marks the call answered, before its answer goes out.
+    async fn finish(mut self) -> Result<(), McpError> {
+        self.finished = true;
+        self.streams.finish_binding(&self.id).await?;
+        Ok(())
+    }
+}
+
+impl Drop for OpenCall {
+    fn drop(&mut self) {
+        if self.finished || self.shutdown.is_cancelled() {
+            return;
+        }
+        let (streams, id) = (self.streams.clone(), std::mem::take(&mut self.id));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(e) = streams.finish_binding(&id).await {
+                    tracing::warn!(binding = id, error = %e, "cannot close an abandoned call");
+                }
+            });
+        }
     }
 }
 

@@ -31,8 +31,8 @@ use durable_shared::{CheckpointStats, TaskInfo, TaskStatus};
 use tokio::sync::broadcast;
 
 pub use model::{
-    CallBinding, NewEvent, NewTask, Refusal, StepCommit, StoredEvent, StreamInfo, TaskHandle,
-    TaskRow, Transition,
+    CallBinding, NewEvent, NewTask, PRUNE_BATCH, Pruned, Refusal, StepCommit, StoredEvent,
+    StreamInfo, TaskHandle, TaskRow, Transition,
 };
 
 pub(crate) fn now_ms() -> i64 {
@@ -56,6 +56,13 @@ pub enum StoreError {
     TooNew { found: i64, supported: i64 },
     #[error("the store has shut down")]
     Closed,
+    /// The writer gave up on the write: it panicked while running it (the panic is logged).
+    /// Nothing of the write was kept.
+    #[error("the store's writer failed while running this write; see the server log")]
+    Aborted,
+    /// The writer's queue stayed full for as long as a caller waits: backpressure.
+    #[error("the store is busy: {queued} writes are queued; retry shortly")]
+    Busy { queued: usize },
     #[error("stored value is corrupt: {0}")]
     Corrupt(String),
     /// The batch's transaction could not begin or commit. Every write of the batch gets this,
@@ -94,19 +101,46 @@ impl StoreError {
             .join(": ")
     }
 
-    /// Whether the database could not be reached (a connection refused, cut or timed out), as
-    /// opposed to refusing the request: the caller may retry once it is back.
-    pub fn is_unavailable(&self) -> bool {
+    /// Why the store cannot take the request now, in words for a client, when the cause is
+    /// passing (the database unreachable, busy or out of disk space) and the same request may
+    /// succeed once it is gone; `None` for a failure that retrying would not cure.
+    pub fn passing_cause(&self) -> Option<&'static str> {
+        const UNREACHABLE: &str = "the database is unreachable right now; the server reconnects \
+                                   by itself: retry shortly";
+        const BUSY: &str = "the database is busy (its write queue is full, or another process \
+                            holds its lock); nothing was changed: retry shortly";
+        const DISK_FULL: &str = "the database's disk is full; nothing was changed: retry once \
+                                 the server's operator has freed space";
         match self {
-            StoreError::Pool(_) => true,
-            StoreError::Postgres(e) => {
-                e.is_closed()
-                    || std::error::Error::source(e)
-                        .is_some_and(|cause| cause.is::<std::io::Error>())
+            StoreError::Pool(_) => Some(UNREACHABLE),
+            StoreError::Busy { .. } => Some(BUSY),
+            StoreError::Sqlite(e) => match e.sqlite_error_code() {
+                Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
+                    Some(BUSY)
+                }
+                Some(rusqlite::ErrorCode::DiskFull) => Some(DISK_FULL),
+                _ => None,
+            },
+            StoreError::Postgres(e)
+                if e.code() == Some(&tokio_postgres::error::SqlState::DISK_FULL) =>
+            {
+                Some(DISK_FULL)
             }
-            StoreError::Commit(cause) => cause.is_unavailable(),
-            _ => false,
+            StoreError::Postgres(e)
+                if e.is_closed()
+                    || std::error::Error::source(e)
+                        .is_some_and(|cause| cause.is::<std::io::Error>()) =>
+            {
+                Some(UNREACHABLE)
+            }
+            StoreError::Commit(cause) => cause.passing_cause(),
+            _ => None,
         }
+    }
+
+    /// Whether the request may succeed if retried later (see [`StoreError::passing_cause`]).
+    pub fn is_unavailable(&self) -> bool {
+        self.passing_cause().is_some()
     }
 }
 
@@ -221,7 +255,8 @@ pub trait TaskRepo: Send + Sync {
 
     async fn checkpoint_stats(&self) -> Result<CheckpointStats, StoreError>;
 
-    /// Deletes terminal tasks that finished before `cutoff`; returns how many.
+    /// Deletes terminal tasks that finished before `cutoff`, [`PRUNE_BATCH`] per transaction;
+    /// returns how many.
     async fn purge_finished_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError>;
 
     /// A random secret created with the database, for deriving ids that must be stable for the
@@ -257,8 +292,10 @@ pub trait StreamRepo: Send + Sync {
         limit: usize,
     ) -> Result<Vec<StoredEvent>, StoreError>;
 
-    /// Deletes events stored before `cutoff_ms`; returns how many.
-    async fn prune_events_before(&self, cutoff_ms: i64) -> Result<u64, StoreError>;
+    /// Deletes, [`PRUNE_BATCH`] rows per transaction: the events stored before `cutoff_ms`, then
+    /// the streams opened before it that have no event left, and the answered call bindings
+    /// made before it.
+    async fn prune_before(&self, cutoff_ms: i64) -> Result<Pruned, StoreError>;
 
     /// Records a tool call that task `binding.task_id` reports to, made on this process
     /// (`instance`).
@@ -424,7 +461,10 @@ impl std::ops::Deref for Store {
 impl Store {
     /// Opens (creating and migrating if needed) the embedded SQLite database at `path`.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        Ok(Store(Arc::new(sqlite::Sqlite::open(path)?)))
+        Ok(Store(Arc::new(sqlite::Sqlite::open(
+            path,
+            sqlite::WriteQueue::default(),
+        )?)))
     }
 
     /// Connects to `database` as `node` (the id that names this process to other nodes),

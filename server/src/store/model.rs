@@ -25,6 +25,10 @@ pub enum Refusal {
     OwnerLimit { limit: u64 },
     #[error("{key} is held by unfinished task {task_id}")]
     Held { key: String, task_id: String },
+    /// An event for a stream that takes no more: its final response is stored, or (for an
+    /// event that may not open its stream) it was deleted with its session.
+    #[error("stream {stream_id} has ended or was deleted with its session")]
+    StreamEnded { stream_id: String },
 }
 
 /// A task with what only the engine needs: its checkpoint and the lease of its worker.
@@ -90,6 +94,10 @@ pub struct NewEvent {
     pub finishes: bool,
     /// The event reveals the stream of this tool-call binding.
     pub binding: Option<String>,
+    /// The event may open its stream (rmcp's first event of a response or of the standalone
+    /// stream). The relay's events only continue a stream that exists: one that was deleted
+    /// with its session stays deleted.
+    pub opens: bool,
 }
 
 /// A tool call that a durable task reports to.
@@ -116,3 +124,17 @@ pub struct TaskHandle {
     pub tool: String,
     pub ttl_ms: u64,
 }
+
+/// What pruning deleted, and in how many transactions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pruned {
+    pub events: u64,
+    pub streams: u64,
+    pub bindings: u64,
+    /// Transactions the deletes took: each deletes at most [`PRUNE_BATCH`] rows, so that the
+    /// writes of running tasks go between them instead of waiting for one long delete.
+    pub batches: u64,
+}
+
+/// Most rows one pruning or purging transaction deletes.
+pub const PRUNE_BATCH: usize = 500;

@@ -135,6 +135,7 @@ fn event(stream_id: &str, message: &str) -> NewEvent {
         retry_ms: None,
         finishes: false,
         binding: None,
+        opens: true,
     }
 }
 
@@ -603,5 +604,77 @@ contract! {
                 .all(|b| b.id != "of-the-dead"),
             "an answered call is nobody's to finish"
         );
+    }
+}
+
+contract! {
+    /// A stream takes no event after its final response, and an event that may not open its
+    /// stream (the relay's) finds none to continue once the session took it away.
+    async fn an_ended_or_deleted_stream_takes_no_more_events(fx) {
+        let store = fx.store.clone();
+        let (token, _) = store.append_event(event("s", "progress")).await.unwrap();
+        let mut last = event("s", "response");
+        last.finishes = true;
+        store.append_event(last).await.unwrap();
+        let refused = store.append_event(event("s", "late")).await;
+        assert!(
+            matches!(refused, Err(StoreError::Refused(Refusal::StreamEnded { .. }))),
+            "{refused:?}"
+        );
+        let stored = store.events_after(&token, 0, 10).await.unwrap();
+        assert_eq!(stored.len(), 2, "nothing after the response");
+
+        let mut relayed = event("gone", "progress");
+        relayed.opens = false;
+        let refused = store.append_event(relayed.clone()).await;
+        assert!(
+            matches!(refused, Err(StoreError::Refused(Refusal::StreamEnded { .. }))),
+            "{refused:?}"
+        );
+        store.append_event(event("gone", "first")).await.unwrap();
+        let (_, seq) = store.append_event(relayed).await.unwrap();
+        assert_eq!(seq, 2, "an existing stream is continued");
+    }
+}
+
+contract! {
+    /// Pruning deletes old events, then the old streams they leave empty and the answered
+    /// bindings of their time, a bounded number of rows per transaction; what is newer, or
+    /// still open, stays.
+    async fn pruning_deletes_what_is_old_in_small_transactions(fx) {
+        let store = fx.with_tasks(&["t"]).await;
+        let old_events = 2 * PRUNE_BATCH + 10;
+        let appends = (0..old_events).map(|i| {
+            let store = store.clone();
+            async move { store.append_event(event("old", &format!("m{i}"))).await.unwrap() }
+        });
+        let old_token = futures::future::join_all(appends).await[0].0.clone();
+        let binding = |id: &str| CallBinding {
+            id: id.into(),
+            task_id: "t".into(),
+            session_id: "s".into(),
+            request_id: "1".into(),
+            progress_token: "1".into(),
+            stream_id: None,
+        };
+        store.insert_binding(binding("answered"), "p").await.unwrap();
+        store.insert_binding(binding("open"), "p").await.unwrap();
+        store.finish_binding("answered").await.unwrap();
+        lapse().await;
+        let cutoff = now_ms();
+        lapse().await;
+        let (new_token, _) = store.append_event(event("new", "m")).await.unwrap();
+
+        let pruned = store.prune_before(cutoff).await.unwrap();
+        // Events: two full transactions and a partial one; streams and bindings: one each.
+        assert_eq!(
+            pruned,
+            Pruned { events: old_events as u64, streams: 1, bindings: 1, batches: 5 }
+        );
+        assert_eq!(store.stream_info(&old_token).await.unwrap(), None);
+        assert!(store.event_exists(&new_token, 1).await.unwrap());
+        let open = store.adopt_orphaned_bindings("next").await.unwrap();
+        assert_eq!(open.iter().map(|b| b.id.as_str()).collect::<Vec<_>>(), ["open"]);
+        assert_eq!(store.prune_before(cutoff).await.unwrap().events, 0);
     }
 }

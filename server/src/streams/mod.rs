@@ -27,8 +27,9 @@ use tokio_util::sync::CancellationToken;
 
 pub use durable_shared::EventId;
 
-pub use crate::store::{CallBinding, NewEvent, StoreError, StreamInfo};
+pub use crate::store::{CallBinding, NewEvent, Refusal, StoreError, StreamInfo};
 use crate::store::{Change, Store, StoredEvent};
+use crate::telemetry;
 
 /// Key in a progress notification's `_meta` naming the call binding it belongs to: how the store
 /// learns which stream a durable tool call answers on.
@@ -278,9 +279,26 @@ impl StreamStore {
             .unwrap_or(0)
     }
 
+    /// SSE responses open now, of all sessions.
+    pub fn open_stream_total(&self) -> usize {
+        self.inner
+            .open_streams
+            .lock()
+            .expect("open streams lock")
+            .values()
+            .sum()
+    }
+
+    /// Sessions this process knows of: opened here or restored from the store since it started,
+    /// and not deleted.
+    pub fn known_sessions(&self) -> usize {
+        self.inner.sessions.lock().expect("sessions lock").len()
+    }
+
     /// Appends `event` to its stream, wakes the stream's tails and returns the event's id.
     pub async fn append(&self, event: NewEvent) -> Result<EventId, crate::store::StoreError> {
         let (token, seq) = self.inner.store.append_event(event).await?;
+        metrics::counter!(telemetry::EVENTS_APPENDED).increment(1);
         self.wake(&token);
         Ok(EventId { token, seq })
     }
@@ -379,13 +397,16 @@ impl StreamStore {
             }
         }
         let pruned = store
-            .prune_events_before(now - max_event_age.as_millis() as i64)
+            .prune_before(now - max_event_age.as_millis() as i64)
             .await?;
-        if pruned > 0 || !expired.is_empty() {
+        if pruned.events + pruned.streams + pruned.bindings > 0 || !expired.is_empty() {
             tracing::info!(
                 sessions = expired.len(),
-                events = pruned,
-                "expired sessions and events"
+                events = pruned.events,
+                streams = pruned.streams,
+                bindings = pruned.bindings,
+                transactions = pruned.batches,
+                "expired sessions, old events and what they left"
             );
         }
         Ok(expired)
@@ -463,6 +484,7 @@ impl StreamStore {
                     if tx.send(message).await.is_err() {
                         return;
                     }
+                    metrics::counter!(telemetry::EVENTS_REPLAYED).increment(1);
                     if last {
                         return;
                     }
@@ -614,7 +636,7 @@ impl EventStore for StreamStore {
             message,
             Some(ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_))
         );
-        let id = self
+        let appended = self
             .append(NewEvent {
                 stream_id: stream_id.to_owned(),
                 session_id: stream_id.strip_suffix(":common").map(str::to_owned),
@@ -622,9 +644,30 @@ impl EventStore for StreamStore {
                 retry_ms: event.retry.map(|retry| retry.as_millis() as u64),
                 finishes,
                 binding: message.and_then(binding_of),
+                opens: true,
             })
-            .await?;
-        Ok(id.to_string())
+            .await;
+        match appended {
+            Ok(id) => Ok(id.to_string()),
+            // rmcp drops a message whose storing failed, so a request answered while the
+            // database is full or unreachable would never be answered and its stream would
+            // hang. The message goes out unstored instead, under an id no stream has: what it
+            // says (often exactly that error) reaches the client, and a resumption from it is
+            // refused as unknown rather than answered from a gap. What a task did is stored
+            // with the task, not in its stream, so nothing durable is lost.
+            Err(e) => {
+                tracing::error!(
+                    stream_id,
+                    error = e.with_causes(),
+                    "cannot store an event; sending it unstored"
+                );
+                Ok(EventId {
+                    token: hex::encode(rand::random::<[u8; 16]>()),
+                    seq: 1,
+                }
+                .to_string())
+            }
+        }
     }
 
     async fn replay_events_after(

@@ -127,6 +127,11 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX session_subjects_by_subject ON session_subjects (subject);
     "#,
+    // 3: as SQLite's version 6: streams and finished call bindings by age, for pruning.
+    r#"
+    CREATE INDEX streams_by_age ON streams (created_at);
+    CREATE INDEX call_bindings_finished ON call_bindings (created_at) WHERE done;
+    "#,
 ];
 
 /// The schema version this binary writes.

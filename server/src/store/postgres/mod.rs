@@ -26,7 +26,7 @@ use tokio_postgres::{Row, Statement};
 
 use tokio::sync::broadcast;
 
-use super::{Change, ChangeFeed, Health, StoreError};
+use super::{Change, ChangeFeed, Health, PRUNE_BATCH, StoreError};
 
 /// Connections a node keeps open. Enough for the writes in flight to share commits; each
 /// costs the database a backend process, and a fleet multiplies it.
@@ -104,6 +104,21 @@ impl Postgres {
     async fn execute(&self, sql: &str, params: Params<'_>) -> Result<u64, StoreError> {
         let (client, statement) = self.prepared(sql).await?;
         Ok(client.execute(&statement, params).await?)
+    }
+
+    /// Runs `sql`, a DELETE of at most `$2` rows among those older than `$1`, in one statement
+    /// after another until one deletes fewer, so that no transaction holds many row locks for
+    /// long. Returns the rows deleted and the statements taken.
+    async fn delete_in_batches(&self, sql: &str, cutoff: i64) -> Result<(u64, u64), StoreError> {
+        let (mut deleted, mut batches) = (0, 0);
+        loop {
+            let batch = self.execute(sql, &[&cutoff, &(PRUNE_BATCH as i64)]).await?;
+            deleted += batch;
+            batches += 1;
+            if batch < PRUNE_BATCH as u64 {
+                return Ok((deleted, batches));
+            }
+        }
     }
 
     /// Runs one statement and reads its first row, if any, with `read`.

@@ -4,9 +4,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
 
 use super::{Postgres, signed, unsigned};
-use crate::store::{CallBinding, NewEvent, StoreError, StoredEvent, StreamInfo, StreamRepo};
+use crate::store::{
+    CallBinding, NewEvent, Pruned, Refusal, StoreError, StoredEvent, StreamInfo, StreamRepo,
+};
 
 fn new_token() -> String {
     hex::encode(rand::random::<[u8; 16]>())
@@ -15,26 +18,59 @@ fn new_token() -> String {
 /// Appends an event in one statement, so in one transaction: advance (or create) the stream's
 /// counter, insert the event, and reveal the binding's stream. The upsert locks the stream's
 /// row until the statement commits, so the appends of one stream are serialised and each seq
-/// commits before the next is handed out: a reader never sees seq n+1 without n.
+/// commits before the next is handed out: a reader never sees seq n+1 without n. A finished
+/// stream is not advanced, and then nothing is inserted and no row returned.
 const APPEND: &str = concat!(
     "\
     WITH stream AS ( \
         INSERT INTO streams (token, stream_id, session_id, next_seq, finished, created_at) \
         VALUES ($1, $2, $3, 2, $4, durable_now_ms()) \
         ON CONFLICT (stream_id) DO UPDATE SET next_seq = streams.next_seq + 1, \
-            finished = streams.finished OR EXCLUDED.finished \
+            finished = EXCLUDED.finished \
+        WHERE NOT streams.finished \
         RETURNING token, next_seq - 1 AS seq \
-    ), event AS ( \
+    ),",
+    append_rest!("$5", "$6", "$7")
+);
+
+/// [`APPEND`] for an event that may not open its stream: only an existing, unfinished stream
+/// is advanced. Its parameters: stream id, finishes, message, retry, binding.
+const CONTINUE: &str = concat!(
+    "\
+    WITH stream AS ( \
+        UPDATE streams SET next_seq = next_seq + 1, finished = $2 \
+        WHERE stream_id = $1 AND NOT finished \
+        RETURNING token, next_seq - 1 AS seq \
+    ),",
+    append_rest!("$3", "$4", "$5")
+);
+
+/// What [`APPEND`] and [`CONTINUE`] do once `stream` holds the token and seq, given the
+/// placeholders of the message, the retry and the binding.
+macro_rules! append_rest {
+    ($message:literal, $retry:literal, $binding:literal) => {
+        concat!(
+            "\
+    event AS ( \
         INSERT INTO events (token, seq, message, retry_ms, created_at) \
-        SELECT token, seq, $5, $6, durable_now_ms() FROM stream \
+        SELECT token, seq, ",
+            $message,
+            ", ",
+            $retry,
+            ", durable_now_ms() FROM stream \
     ), binding AS ( \
         UPDATE call_bindings SET stream_token = (SELECT token FROM stream) \
-        WHERE id = $7 AND stream_token IS NULL \
+        WHERE id = ",
+            $binding,
+            " AND stream_token IS NULL \
     ) \
     SELECT token, seq, pg_notify('",
-    super::wakeups::STREAM_CHANNEL!(),
-    "', token || ' ' || current_setting('application_name')) FROM stream"
-);
+            super::wakeups::STREAM_CHANNEL!(),
+            "', token || ' ' || current_setting('application_name')) FROM stream"
+        )
+    };
+}
+use append_rest;
 
 fn read_binding(row: &Row) -> Result<CallBinding, StoreError> {
     Ok(CallBinding {
@@ -51,21 +87,35 @@ fn read_binding(row: &Row) -> Result<CallBinding, StoreError> {
 impl StreamRepo for Postgres {
     async fn append_event(&self, event: NewEvent) -> Result<(String, u64), StoreError> {
         let retry_ms = event.retry_ms.map(signed).transpose()?;
-        self.query_opt(
-            APPEND,
-            &[
-                &new_token(),
+        let read = |row: &Row| Ok((row.try_get(0)?, unsigned(row, 1)?));
+        let appended = if event.opens {
+            let token = new_token();
+            let params: [&(dyn ToSql + Sync); 7] = [
+                &token,
                 &event.stream_id,
                 &event.session_id,
                 &event.finishes,
                 &event.message,
                 &retry_ms,
                 &event.binding,
-            ],
-            |row| Ok((row.try_get(0)?, unsigned(row, 1)?)),
-        )
-        .await?
-        .ok_or_else(|| StoreError::Corrupt("an event append returned no row".into()))
+            ];
+            self.query_opt(APPEND, &params, read).await?
+        } else {
+            let params: [&(dyn ToSql + Sync); 5] = [
+                &event.stream_id,
+                &event.finishes,
+                &event.message,
+                &retry_ms,
+                &event.binding,
+            ];
+            self.query_opt(CONTINUE, &params, read).await?
+        };
+        appended.ok_or_else(|| {
+            Refusal::StreamEnded {
+                stream_id: event.stream_id,
+            }
+            .into()
+        })
     }
 
     async fn bind_stream_session(&self, token: &str, session_id: &str) -> Result<bool, StoreError> {
@@ -135,9 +185,35 @@ impl StreamRepo for Postgres {
         .await
     }
 
-    async fn prune_events_before(&self, cutoff_ms: i64) -> Result<u64, StoreError> {
-        self.execute("DELETE FROM events WHERE created_at < $1", &[&cutoff_ms])
-            .await
+    async fn prune_before(&self, cutoff_ms: i64) -> Result<Pruned, StoreError> {
+        let (events, event_batches) = self
+            .delete_in_batches(
+                "DELETE FROM events WHERE (token, seq) IN \
+                 (SELECT token, seq FROM events WHERE created_at < $1 LIMIT $2)",
+                cutoff_ms,
+            )
+            .await?;
+        let (streams, stream_batches) = self
+            .delete_in_batches(
+                "DELETE FROM streams WHERE token IN (SELECT token FROM streams AS s \
+                 WHERE created_at < $1 \
+                 AND NOT EXISTS (SELECT 1 FROM events AS e WHERE e.token = s.token) LIMIT $2)",
+                cutoff_ms,
+            )
+            .await?;
+        let (bindings, binding_batches) = self
+            .delete_in_batches(
+                "DELETE FROM call_bindings WHERE id IN \
+                 (SELECT id FROM call_bindings WHERE done AND created_at < $1 LIMIT $2)",
+                cutoff_ms,
+            )
+            .await?;
+        Ok(Pruned {
+            events,
+            streams,
+            bindings,
+            batches: event_batches + stream_batches + binding_batches,
+        })
     }
 
     async fn insert_binding(&self, binding: CallBinding, instance: &str) -> Result<(), StoreError> {

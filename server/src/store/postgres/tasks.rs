@@ -445,12 +445,14 @@ impl TaskRepo for Postgres {
     }
 
     async fn purge_finished_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
-        self.execute(
-            "DELETE FROM tasks WHERE completed_at < $1 \
-             AND status IN ('completed', 'failed', 'cancelled')",
-            &[&cutoff.timestamp_millis()],
-        )
-        .await
+        let (deleted, _) = self
+            .delete_in_batches(
+                "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE completed_at < $1 \
+                 AND status IN ('completed', 'failed', 'cancelled') LIMIT $2)",
+                cutoff.timestamp_millis(),
+            )
+            .await?;
+        Ok(deleted)
     }
 
     async fn server_secret(&self) -> Result<[u8; 32], StoreError> {

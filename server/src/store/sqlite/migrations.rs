@@ -126,6 +126,11 @@ const MIGRATIONS: &[&str] = &[
     ) STRICT, WITHOUT ROWID;
     CREATE INDEX session_subjects_by_subject ON session_subjects (subject);
     "#,
+    // 6: pruning finds streams and finished call bindings by age, not by scanning.
+    r#"
+    CREATE INDEX streams_by_age ON streams (created_at);
+    CREATE INDEX call_bindings_finished ON call_bindings (created_at) WHERE done;
+    "#,
 ];
 
 /// The schema version this binary writes.

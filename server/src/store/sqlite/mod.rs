@@ -15,14 +15,16 @@ mod sessions;
 mod streams;
 mod tasks;
 
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
-use super::{Change, ChangeFeed, Health, StoreError};
+use super::{Change, ChangeFeed, Health, PRUNE_BATCH, StoreError};
+use crate::telemetry;
 
 /// Most writes one transaction takes before it commits; bounds the latency of the first writer.
 const MAX_BATCH: usize = 256;
@@ -31,6 +33,24 @@ const MAX_BATCH: usize = 256;
 /// (some thirty, with the transaction control), so a statement evicted by the others would be
 /// prepared again.
 const STATEMENT_CACHE: usize = 64;
+
+/// How many writes may wait for the writer, and how long a caller waits for a place among them
+/// before it is told the store is busy. A full queue means the disk cannot keep up: waiting
+/// callers slow their clients down instead of queueing without bound.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteQueue {
+    pub capacity: usize,
+    pub wait: Duration,
+}
+
+impl Default for WriteQueue {
+    fn default() -> Self {
+        WriteQueue {
+            capacity: 4096,
+            wait: Duration::from_secs(5),
+        }
+    }
+}
 
 type Reply = Box<dyn FnOnce(Result<(), &Arc<StoreError>>) + Send>;
 /// A queued write. It is called inside the batch's transaction, or with `None` when that
@@ -52,7 +72,8 @@ struct Batch<'c> {
 /// The SQLite backend: its writer thread and its readers.
 #[derive(Clone)]
 pub struct Sqlite {
-    writer: std::sync::mpsc::Sender<WriteJob>,
+    writer: mpsc::Sender<WriteJob>,
+    queue_wait: Duration,
     readers: Arc<ReaderPool>,
     path: Arc<PathBuf>,
 }
@@ -65,17 +86,18 @@ impl std::fmt::Debug for Sqlite {
 
 impl Sqlite {
     /// Opens (creating if needed) and migrates the database at `path`, and starts its writer.
-    pub fn open(path: &Path) -> Result<Sqlite, StoreError> {
+    pub fn open(path: &Path, queue: WriteQueue) -> Result<Sqlite, StoreError> {
         let mut conn = Connection::open(path)?;
         configure(&conn)?;
         migrations::migrate(&mut conn)?;
-        let (writer, jobs) = std::sync::mpsc::channel::<WriteJob>();
+        let (writer, jobs) = mpsc::channel::<WriteJob>(queue.capacity);
         std::thread::Builder::new()
             .name("store-writer".into())
             .spawn(move || write_loop(conn, jobs))
             .map_err(StoreError::WriterThread)?;
         Ok(Sqlite {
             writer,
+            queue_wait: queue.wait,
             readers: Arc::new(ReaderPool {
                 path: path.to_owned(),
                 idle: Mutex::new(Vec::new()),
@@ -111,8 +133,48 @@ impl Sqlite {
             });
             (succeeded, reply as Reply)
         });
-        self.writer.send(job).map_err(|_| StoreError::Closed)?;
-        rx.await.map_err(|_| StoreError::Closed)?
+        let place = match tokio::time::timeout(self.queue_wait, self.writer.reserve()).await {
+            Ok(place) => place.map_err(|_| StoreError::Closed)?,
+            Err(_) => {
+                return Err(StoreError::Busy {
+                    queued: self.queued(),
+                });
+            }
+        };
+        place.send(job);
+        // The writer drops a job's reply unsent only when the job panicked.
+        rx.await.map_err(|_| StoreError::Aborted)?
+    }
+
+    /// Runs `sql`, a DELETE of at most `?2` rows among those older than `?1`, in one
+    /// transaction after another until one deletes fewer: other writes queue between them.
+    /// Returns the rows deleted and the transactions taken.
+    async fn delete_in_batches(
+        &self,
+        sql: &'static str,
+        cutoff: i64,
+    ) -> Result<(u64, u64), StoreError> {
+        let (mut deleted, mut batches) = (0, 0);
+        loop {
+            let batch = self
+                .write(move |conn| {
+                    Ok(conn
+                        .prepare_cached(sql)?
+                        .execute(rusqlite::params![cutoff, PRUNE_BATCH as i64])?
+                        as u64)
+                })
+                .await?;
+            deleted += batch;
+            batches += 1;
+            if batch < PRUNE_BATCH as u64 {
+                return Ok((deleted, batches));
+            }
+        }
+    }
+
+    /// Writes waiting for the writer.
+    pub fn queued(&self) -> usize {
+        self.writer.max_capacity() - self.writer.capacity()
     }
 
     /// Runs `f` on a read-only connection on a blocking thread.
@@ -205,8 +267,8 @@ fn in_savepoint<T>(
     }
 }
 
-fn write_loop(conn: Connection, jobs: std::sync::mpsc::Receiver<WriteJob>) {
-    while let Ok(first) = jobs.recv() {
+fn write_loop(conn: Connection, mut jobs: mpsc::Receiver<WriteJob>) {
+    while let Some(first) = jobs.blocking_recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match jobs.try_recv() {
@@ -214,45 +276,95 @@ fn write_loop(conn: Connection, jobs: std::sync::mpsc::Receiver<WriteJob>) {
                 Err(_) => break,
             }
         }
-        let begun = run_cached(&conn, "BEGIN IMMEDIATE").map_err(|e| Arc::new(StoreError::from(e)));
-        if let Err(e) = begun {
-            tracing::error!(error = %e, "cannot begin a write transaction");
-            for job in batch {
-                job(None).1(Err(&e));
+        metrics::histogram!(telemetry::STORE_BATCH_WRITES).record(batch.len() as f64);
+        metrics::gauge!(telemetry::STORE_WRITE_QUEUE).set(jobs.len() as f64);
+        // A panic outside the writes themselves (none is known) must not end the writer either:
+        // every later write would fail while the process went on answering.
+        if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| commit(&conn, batch))) {
+            tracing::error!(
+                panic = panic_message(&*panic),
+                "the store's writer panicked; its batch is rolled back and the writer goes on"
+            );
+            if !conn.is_autocommit() {
+                let _ = conn.execute_batch("ROLLBACK");
             }
-            continue;
         }
-        let shared = batch.len() > 1;
-        let mut succeeded = true;
-        let replies: Vec<Reply> = batch
-            .into_iter()
-            .map(|job| {
-                let (ok, reply) = job(Some(Batch {
-                    conn: &conn,
-                    shared,
-                }));
+    }
+}
+
+/// Runs `batch` in one transaction and answers each write once its fate is known.
+fn commit(conn: &Connection, batch: Vec<WriteJob>) {
+    let begun = run_cached(conn, "BEGIN IMMEDIATE").map_err(|e| Arc::new(StoreError::from(e)));
+    if let Err(e) = begun {
+        tracing::error!(error = %e, "cannot begin a write transaction");
+        for job in batch {
+            job(None).1(Err(&e));
+        }
+        return;
+    }
+    let shared = batch.len() > 1;
+    let mut succeeded = true;
+    let mut undone = Ok(());
+    let mut replies: Vec<Reply> = Vec::with_capacity(batch.len());
+    for job in batch {
+        match std::panic::catch_unwind(AssertUnwindSafe(|| job(Some(Batch { conn, shared })))) {
+            Ok((ok, reply)) => {
                 succeeded &= ok;
-                reply
-            })
-            .collect();
-        let committed = if shared || succeeded {
-            run_cached(&conn, "COMMIT").map_err(|e| Arc::new(StoreError::from(e)))
-        } else {
+                replies.push(reply);
+            }
+            Err(panic) => {
+                // The job's reply went down with it: its caller learns `Aborted`. What it wrote
+                // is undone: its savepoint, or (alone) the whole transaction below.
+                tracing::error!(
+                    panic = panic_message(&*panic),
+                    "a write panicked; it is undone and its caller told"
+                );
+                metrics::counter!(telemetry::STORE_WRITER_PANICS).increment(1);
+                succeeded = false;
+                if shared && undone.is_ok() {
+                    undone = run_cached(conn, "ROLLBACK TO job")
+                        .and_then(|()| run_cached(conn, "RELEASE job"));
+                }
+            }
+        }
+    }
+    let committed = match undone {
+        // What a panicking write left behind could not be undone alone: nothing of the batch
+        // is kept.
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(Arc::new(StoreError::from(e)))
+        }
+        Ok(()) if shared || succeeded => {
+            run_cached(conn, "COMMIT").map_err(|e| Arc::new(StoreError::from(e)))
+        }
+        Ok(()) => {
             // The only write failed: rolling the transaction back undoes it, and its caller
             // gets the write's own error.
-            if let Err(e) = run_cached(&conn, "ROLLBACK") {
+            if let Err(e) = run_cached(conn, "ROLLBACK") {
                 tracing::error!(error = %e, "cannot roll back a failed write");
             }
             Ok(())
-        };
-        if let Err(e) = &committed {
-            tracing::error!(error = %e, "group commit failed");
+        }
+    };
+    if let Err(e) = &committed {
+        tracing::error!(error = e.with_causes(), "group commit failed");
+        if !conn.is_autocommit() {
             let _ = conn.execute_batch("ROLLBACK");
         }
-        for reply in replies {
-            reply(committed.as_ref().map(|_| ()));
-        }
     }
+    for reply in replies {
+        reply(committed.as_ref().map(|_| ()));
+    }
+}
+
+/// The text a panic was raised with.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic without a message")
 }
 
 struct ReaderPool {
@@ -289,6 +401,116 @@ mod tests {
     use rusqlite::StatementStatus;
 
     use super::*;
+
+    fn open(dir: &tempfile::TempDir, queue: WriteQueue) -> Sqlite {
+        Sqlite::open(&dir.path().join("t.db"), queue).unwrap()
+    }
+
+    /// A write that stores `key` in the `meta` table, then panics if asked to.
+    fn insert(
+        store: &Sqlite,
+        key: &'static str,
+        panics: bool,
+    ) -> impl Future<Output = Result<(), StoreError>> + use<> {
+        let store = store.clone();
+        async move {
+            store
+                .write(move |conn| {
+                    conn.execute("INSERT INTO meta (key, value) VALUES (?1, 'v')", [key])?;
+                    assert!(!panics, "the write of {key} panics");
+                    Ok(())
+                })
+                .await
+        }
+    }
+
+    async fn keys(store: &Sqlite) -> Vec<String> {
+        store
+            .read(|conn| {
+                let mut stmt =
+                    conn.prepare("SELECT key FROM meta WHERE value = 'v' ORDER BY key")?;
+                let keys = stmt.query_map([], |row| row.get(0))?;
+                Ok(keys.collect::<Result<_, _>>()?)
+            })
+            .await
+            .unwrap()
+    }
+
+    /// Holds the writer inside a write until the returned sender is dropped.
+    async fn hold_writer(store: &Sqlite) -> std::sync::mpsc::Sender<()> {
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let (started, running) = oneshot::channel();
+        let holder = store.clone();
+        tokio::spawn(async move {
+            holder
+                .write(move |_| {
+                    let _ = started.send(());
+                    let _ = held.recv();
+                    Ok(())
+                })
+                .await
+        });
+        running.await.unwrap();
+        release
+    }
+
+    /// One panicking write among others of its transaction is undone alone: its caller is told,
+    /// its batch-mates commit, and the writer goes on serving (as it does after a panicking
+    /// write alone in its transaction).
+    #[tokio::test]
+    async fn a_panicking_write_is_undone_alone_and_the_writer_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir, WriteQueue::default());
+        let release = hold_writer(&store).await;
+        let writes = [("a", false), ("p", true), ("b", false)]
+            .map(|(key, panics)| tokio::spawn(insert(&store, key, panics)));
+        // The three wait behind the held write, so they share the next transaction.
+        while store.queued() < 3 {
+            tokio::task::yield_now().await;
+        }
+        drop(release);
+        let outcomes = futures::future::join_all(writes).await;
+        let outcomes: Vec<_> = outcomes.into_iter().map(|o| o.unwrap()).collect();
+        assert!(outcomes[0].is_ok() && outcomes[2].is_ok(), "{outcomes:?}");
+        assert!(
+            matches!(outcomes[1], Err(StoreError::Aborted)),
+            "{outcomes:?}"
+        );
+        assert_eq!(keys(&store).await, ["a", "b"]);
+
+        let alone = insert(&store, "q", true).await;
+        assert!(matches!(alone, Err(StoreError::Aborted)), "{alone:?}");
+        insert(&store, "c", false).await.unwrap();
+        assert_eq!(keys(&store).await, ["a", "b", "c"]);
+        store.round_trip().await.unwrap();
+    }
+
+    /// Writes beyond the queue's capacity wait for a place, and past the wait are told the
+    /// store is busy instead of queueing without bound; the queued ones still commit.
+    #[tokio::test]
+    async fn a_full_write_queue_answers_busy() {
+        let dir = tempfile::tempdir().unwrap();
+        let queue = WriteQueue {
+            capacity: 2,
+            wait: Duration::from_millis(200),
+        };
+        let store = open(&dir, queue);
+        let release = hold_writer(&store).await;
+        let queued = ["a", "b"].map(|key| tokio::spawn(insert(&store, key, false)));
+        while store.queued() < 2 {
+            tokio::task::yield_now().await;
+        }
+        let refused = insert(&store, "c", false).await;
+        assert!(
+            matches!(refused, Err(StoreError::Busy { queued: 2 })),
+            "{refused:?}"
+        );
+        drop(release);
+        for write in queued {
+            write.await.unwrap().unwrap();
+        }
+        assert_eq!(keys(&store).await, ["a", "b"]);
+    }
 
     /// The cached task-handle lookup was parsed afresh on every call: SQLite re-plans a statement
     /// whose plan may depend on a bound value (here its `LIMIT ?`) each time rusqlite's cache

@@ -7,7 +7,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::Sqlite;
 use crate::store::{
-    CallBinding, NewEvent, StoreError, StoredEvent, StreamInfo, StreamRepo, now_ms,
+    CallBinding, NewEvent, Pruned, Refusal, StoreError, StoredEvent, StreamInfo, StreamRepo, now_ms,
 };
 
 fn new_token() -> String {
@@ -20,20 +20,27 @@ fn new_token() -> String {
 /// temporary table: this connection is the only writer, so nothing can come between them.
 fn append(conn: &Connection, event: &NewEvent) -> Result<(String, u64), StoreError> {
     let now = now_ms();
-    let existing: Option<(i64, String, u64)> = conn
-        .prepare_cached("SELECT rowid, token, next_seq FROM streams WHERE stream_id = ?1")?
+    let existing: Option<(i64, String, u64, bool)> = conn
+        .prepare_cached(
+            "SELECT rowid, token, next_seq, finished FROM streams WHERE stream_id = ?1",
+        )?
         .query_row([&event.stream_id], |row| {
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
         })
         .optional()?;
+    let ended = || Refusal::StreamEnded {
+        stream_id: event.stream_id.clone(),
+    };
     let (token, seq) = match existing {
-        Some((rowid, token, seq)) => {
+        Some((_, _, _, true)) => return Err(ended().into()),
+        Some((rowid, token, seq, false)) => {
             conn.prepare_cached(
-                "UPDATE streams SET next_seq = ?2, finished = finished OR ?3 WHERE rowid = ?1",
+                "UPDATE streams SET next_seq = ?2, finished = ?3 WHERE rowid = ?1",
             )?
             .execute(params![rowid, seq + 1, event.finishes])?;
             (token, seq)
         }
+        None if !event.opens => return Err(ended().into()),
         None => {
             let token = new_token();
             conn.prepare_cached(
@@ -149,11 +156,35 @@ impl StreamRepo for Sqlite {
     }
 
     /// Deletes events stored before `cutoff_ms`; their streams (and so their ids) are kept.
-    async fn prune_events_before(&self, cutoff_ms: i64) -> Result<u64, StoreError> {
-        self.write(move |conn| {
-            Ok(conn.execute("DELETE FROM events WHERE created_at < ?1", [cutoff_ms])? as u64)
+    async fn prune_before(&self, cutoff_ms: i64) -> Result<Pruned, StoreError> {
+        let (events, event_batches) = self
+            .delete_in_batches(
+                "DELETE FROM events WHERE (token, seq) IN \
+                 (SELECT token, seq FROM events WHERE created_at < ?1 LIMIT ?2)",
+                cutoff_ms,
+            )
+            .await?;
+        let (streams, stream_batches) = self
+            .delete_in_batches(
+                "DELETE FROM streams WHERE token IN (SELECT token FROM streams AS s \
+                 WHERE created_at < ?1 \
+                 AND NOT EXISTS (SELECT 1 FROM events AS e WHERE e.token = s.token) LIMIT ?2)",
+                cutoff_ms,
+            )
+            .await?;
+        let (bindings, binding_batches) = self
+            .delete_in_batches(
+                "DELETE FROM call_bindings WHERE id IN \
+                 (SELECT id FROM call_bindings WHERE done AND created_at < ?1 LIMIT ?2)",
+                cutoff_ms,
+            )
+            .await?;
+        Ok(Pruned {
+            events,
+            streams,
+            bindings,
+            batches: event_batches + stream_batches + binding_batches,
         })
-        .await
     }
 
     async fn insert_binding(&self, binding: CallBinding, instance: &str) -> Result<(), StoreError> {

@@ -398,21 +398,15 @@ impl TaskRepo for Sqlite {
 
     /// Deletes terminal tasks that finished before `cutoff`; returns how many.
     async fn purge_finished_before(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
-        self.write(move |conn| {
-            let deleted = conn.execute(
-                &format!(
-                    "DELETE FROM tasks WHERE completed_at < ?1 AND status IN ({})",
-                    in_list(&[
-                        TaskStatus::Completed,
-                        TaskStatus::Failed,
-                        TaskStatus::Cancelled
-                    ])
-                ),
-                [cutoff.timestamp_millis()],
-            )?;
-            Ok(deleted as u64)
-        })
-        .await
+        let (deleted, _) = self
+            .delete_in_batches(
+                "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE completed_at < ?1 \
+                 AND (status = 'completed' OR status = 'failed' OR status = 'cancelled') \
+                 LIMIT ?2)",
+                cutoff.timestamp_millis(),
+            )
+            .await?;
+        Ok(deleted)
     }
 
     /// A random secret created with the database, for deriving ids that must be stable for the
@@ -506,7 +500,11 @@ mod tests {
 
     async fn store() -> (tempfile::TempDir, Sqlite) {
         let dir = tempfile::tempdir().unwrap();
-        let store = Sqlite::open(&dir.path().join("t.db")).unwrap();
+        let store = Sqlite::open(
+            &dir.path().join("t.db"),
+            crate::store::sqlite::WriteQueue::default(),
+        )
+        .unwrap();
         (dir, store)
     }
 
