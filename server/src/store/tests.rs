@@ -127,6 +127,18 @@ fn ids(handles: &[TaskHandle]) -> Vec<&str> {
     handles.iter().map(|h| h.task.task_id.as_str()).collect()
 }
 
+/// An open call on task "t" of session "s", not yet bound to a stream.
+fn binding(id: &str) -> CallBinding {
+    CallBinding {
+        id: id.into(),
+        task_id: "t".into(),
+        session_id: "s".into(),
+        request_id: "1".into(),
+        progress_token: "1".into(),
+        stream_id: None,
+    }
+}
+
 fn event(stream_id: &str, message: &str) -> NewEvent {
     NewEvent {
         stream_id: stream_id.into(),
@@ -565,14 +577,6 @@ contract! {
     /// alive (on PostgreSQL, where other processes may be) is left alone.
     async fn orphaned_calls_are_adopted_once(fx) {
         let store = fx.with_tasks(&["t"]).await;
-        let binding = |id: &str| CallBinding {
-            id: id.into(),
-            task_id: "t".into(),
-            session_id: "s".into(),
-            request_id: "1".into(),
-            progress_token: "1".into(),
-            stream_id: None,
-        };
         store.keep_alive("alive", std::time::Duration::from_secs(600)).await.unwrap();
         store.insert_binding(binding("of-the-dead"), "dead").await.unwrap();
         store.insert_binding(binding("of-the-living"), "alive").await.unwrap();
@@ -649,14 +653,6 @@ contract! {
             async move { store.append_event(event("old", &format!("m{i}"))).await.unwrap() }
         });
         let old_token = futures::future::join_all(appends).await[0].0.clone();
-        let binding = |id: &str| CallBinding {
-            id: id.into(),
-            task_id: "t".into(),
-            session_id: "s".into(),
-            request_id: "1".into(),
-            progress_token: "1".into(),
-            stream_id: None,
-        };
         store.insert_binding(binding("answered"), "p").await.unwrap();
         store.insert_binding(binding("open"), "p").await.unwrap();
         store.finish_binding("answered").await.unwrap();
