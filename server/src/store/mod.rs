@@ -293,8 +293,9 @@ pub trait StreamRepo: Send + Sync {
     ) -> Result<Vec<StoredEvent>, StoreError>;
 
     /// Deletes, [`PRUNE_BATCH`] rows per transaction: the events stored before `cutoff_ms`, then
-    /// the streams opened before it that have no event left, and the answered call bindings
-    /// made before it.
+    /// the finished streams opened before it that have no event left, and the answered call
+    /// bindings made before it. An unfinished stream stays however old: a quiet session's
+    /// standalone stream and a long call's stream must still take their next event.
     async fn prune_before(&self, cutoff_ms: i64) -> Result<Pruned, StoreError>;
 
     /// Records a tool call that task `binding.task_id` reports to, made on this process

@@ -653,6 +653,12 @@ contract! {
             async move { store.append_event(event("old", &format!("m{i}"))).await.unwrap() }
         });
         let old_token = futures::future::join_all(appends).await[0].0.clone();
+        store
+            .append_event(NewEvent { finishes: true, ..event("old", "done") })
+            .await
+            .unwrap();
+        // A quiet stream still open (a session's standalone stream) outlives its events.
+        let (quiet_token, _) = store.append_event(event("quiet", "m")).await.unwrap();
         store.insert_binding(binding("answered"), "p").await.unwrap();
         store.insert_binding(binding("open"), "p").await.unwrap();
         store.finish_binding("answered").await.unwrap();
@@ -665,9 +671,11 @@ contract! {
         // Events: two full transactions and a partial one; streams and bindings: one each.
         assert_eq!(
             pruned,
-            Pruned { events: old_events as u64, streams: 1, bindings: 1, batches: 5 }
+            Pruned { events: old_events as u64 + 2, streams: 1, bindings: 1, batches: 5 }
         );
         assert_eq!(store.stream_info(&old_token).await.unwrap(), None);
+        assert!(store.stream_info(&quiet_token).await.unwrap().is_some());
+        store.append_event(NewEvent { opens: false, ..event("quiet", "later") }).await.unwrap();
         assert!(store.event_exists(&new_token, 1).await.unwrap());
         let open = store.adopt_orphaned_bindings("next").await.unwrap();
         assert_eq!(open.iter().map(|b| b.id.as_str()).collect::<Vec<_>>(), ["open"]);

@@ -196,7 +196,7 @@ impl StreamRepo for Postgres {
         let (streams, stream_batches) = self
             .delete_in_batches(
                 "DELETE FROM streams WHERE token IN (SELECT token FROM streams AS s \
-                 WHERE created_at < $1 \
+                 WHERE finished AND created_at < $1 \
                  AND NOT EXISTS (SELECT 1 FROM events AS e WHERE e.token = s.token) LIMIT $2)",
                 cutoff_ms,
             )
