@@ -48,19 +48,34 @@ impl Sse {
         }
     }
 
-    /// The next event that is not a comment, or `None` when the stream ends.
+    /// The next event that is not a comment, or `None` when the server ends the stream. A
+    /// connection cut mid-stream fails the test: only [`Sse::next_or_cut`] accepts one.
     pub async fn next(&mut self, limit: Duration) -> Option<Event> {
+        match self.read(limit).await {
+            Ok(event) => event,
+            Err(cut) => panic!("the stream was cut, not ended by the server: {cut}"),
+        }
+    }
+
+    /// The next event, or `None` when the stream ends, cleanly or not (a killed server).
+    pub async fn next_or_cut(&mut self, limit: Duration) -> Option<Event> {
+        self.read(limit).await.ok().flatten()
+    }
+
+    /// The next event, `Ok(None)` at a clean end, the transport error at a cut.
+    async fn read(&mut self, limit: Duration) -> Result<Option<Event>, reqwest::Error> {
         within(limit, "an SSE event", async {
             loop {
                 if let Some(raw) = take_event(&mut self.buffer) {
                     match Event::parse(&String::from_utf8_lossy(&raw)) {
-                        Some(event) => return Some(event),
+                        Some(event) => return Ok(Some(event)),
                         None => continue,
                     }
                 }
                 match self.body.next().await {
                     Some(Ok(chunk)) => self.buffer.extend_from_slice(&chunk),
-                    Some(Err(_)) | None => return None,
+                    Some(Err(cut)) => return Err(cut),
+                    None => return Ok(None),
                 }
             }
         })

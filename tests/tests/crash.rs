@@ -39,13 +39,23 @@ async fn interrupted(
     let client = client.unwrap();
     let task = client.wait_terminal(&id, TASK_LIMIT).await;
     client.close().await;
-    let log = server.log();
-    let runs = log
-        .lines()
-        .filter(|line| line.contains("worker running") && line.contains(&id))
-        .count();
-    assert_eq!(runs, kill_at.len() + 1, "one worker per start:\n{log}");
+    assert_eq!(
+        worker_runs(&server, &id),
+        kill_at.len() + 1,
+        "one worker per start:\n{}",
+        server.log()
+    );
     (dir, server, task)
+}
+
+/// How many times a worker ran task `id`, over all of the server's starts: one more than the
+/// kills exactly when every kill found the task unfinished (and no start ran it twice).
+fn worker_runs(server: &Server, id: &str) -> usize {
+    server
+        .log()
+        .lines()
+        .filter(|line| line.contains("worker running") && line.contains(id))
+        .count()
 }
 
 fn assert_same_outcome(crashed: &TaskInfo, clean: &TaskInfo, steps: u64) {
@@ -105,9 +115,15 @@ async fn migration_without_delays_survives_kills_mid_write() {
         .await;
     let id = started["task_id"].as_str().unwrap().to_owned();
     let mut client = Some(client);
-    for point in [2_000, 9_000, 17_000] {
+    let kill_at = [2_000, 9_000, 17_000];
+    for point in kill_at {
         let watcher = client.take().unwrap();
-        wait_progress(&watcher, &id, point).await;
+        let task = wait_progress(&watcher, &id, point).await;
+        assert_ne!(
+            task.status,
+            TaskStatus::Completed,
+            "finished before the kill at {point}"
+        );
         server.kill9().await;
         server.restart().await;
         client = Some(Client::connect(&server.mcp_url(), None).await);
@@ -115,6 +131,11 @@ async fn migration_without_delays_survives_kills_mid_write() {
     let client = client.unwrap();
     let task = client.wait_terminal(&id, TASK_LIMIT).await;
     assert_eq!(task.status, TaskStatus::Completed, "{task:?}");
+    assert_eq!(
+        worker_runs(&server, &id),
+        kill_at.len() + 1,
+        "unfinished at every kill"
+    );
     assert_eq!(task.step, 250);
     let written = std::fs::read_to_string(server.data_path("out.jsonl")).unwrap();
     let numbers: Vec<u64> = written
@@ -173,7 +194,10 @@ async fn resumable_processing_continues_after_a_kill_and_repeat_call_attaches() 
         };
         let params = CallToolRequestParams::new("resumable_data_processing").with_arguments(args);
         // Straight on the service: the harness's own deadline would turn a hang into an error.
-        async move { caller.service.call_tool(params).await }
+        async move {
+            let answer = caller.service.call_tool(params).await;
+            (caller, answer)
+        }
     });
     let watcher = Client::connect(&server.mcp_url(), None).await;
     let id = watcher.first_listed_task().await;
@@ -183,23 +207,24 @@ async fn resumable_processing_continues_after_a_kill_and_repeat_call_attaches() 
     server.restart().await;
     // The caller's own call, cut by the kill, resumes its stream with Last-Event-ID and gets the
     // answer the restarted server's relay finished it with.
-    let original = within(Duration::from_secs(60), "the interrupted call", call)
+    let (caller, original) = within(Duration::from_secs(60), "the interrupted call", call)
         .await
-        .expect("the call's task")
-        .expect("the interrupted call is answered after the restart");
+        .expect("the call's task");
+    let original = original.expect("the interrupted call is answered after the restart");
     let original = original.structured_content.expect("structured content");
     assert_eq!(original["task_id"], json!(id));
     assert_eq!(original["total_processed"], json!(200));
+    // The call's own progress, across the kill: every batch's value once, none skipped (the
+    // resumed stream replays what the killed server stored and had not delivered).
+    let progress = caller.progress_reaching(200.0).await;
+    let every_batch: Vec<f64> = (1..=20).map(|batch| f64::from(batch * 10)).collect();
+    assert_eq!(progress, every_batch);
+    caller.close().await;
 
     let client = Client::connect(&server.mcp_url(), None).await;
     let resumed = client.call_ok("resumable_data_processing", args).await;
     assert_eq!(resumed["task_id"], json!(id));
     assert_eq!(resumed["total_processed"], json!(200));
-    let progress = client.progress_reaching(200.0).await;
-    assert!(
-        progress.windows(2).all(|w| w[0] < w[1]),
-        "no progress value twice: {progress:?}"
-    );
     let baseline = client
         .call_ok("resumable_data_processing", baseline_args)
         .await;

@@ -106,40 +106,73 @@ async fn start(browser: &Browser, tool: &str, fields: &[(&str, &str)]) -> String
         .await
 }
 
-/// Event ids in the open detail panel's timeline, oldest first.
-async fn timeline(browser: &Browser) -> Vec<(String, u64)> {
+/// One entry of the open detail panel's timeline: its event id and the progress it shows.
+#[derive(Debug)]
+struct Entry {
+    token: String,
+    seq: u64,
+    progress: u64,
+}
+
+/// The open detail panel's timeline, oldest first.
+async fn timeline(browser: &Browser) -> Vec<Entry> {
     within(UI_TIMEOUT, "the timeline", async {
-        let mut ids = Vec::new();
+        let mut entries = Vec::new();
         for item in browser
             .client
             .find_all(Locator::Css("[data-test=timeline] li"))
             .await
             .unwrap_or_default()
         {
-            let id = item
-                .attr("data-event-id")
+            let attr = async |name: &str| item.attr(name).await.ok().flatten().unwrap_or_default();
+            let id: EventId = attr("data-event-id")
                 .await
-                .ok()
-                .flatten()
-                .unwrap_or_default();
-            let id: EventId = id.parse().expect("event id token.seq");
-            ids.push((id.token, id.seq));
+                .parse()
+                .expect("event id token.seq");
+            let progress = attr("data-progress").await.parse().expect("progress");
+            entries.push(Entry {
+                token: id.token,
+                seq: id.seq,
+                progress,
+            });
         }
-        ids.reverse();
-        ids
+        entries.reverse();
+        entries
     })
     .await
 }
 
-fn assert_no_gap_or_duplicate(ids: &[(String, u64)]) {
-    for pair in ids.windows(2) {
-        assert_eq!(pair[0].0, pair[1].0, "one stream: {ids:?}");
+/// Waits until the timeline shows the step that reaches `total`, then checks it shows every
+/// step of the task exactly once: consecutive event ids of one stream (nothing missed, nothing
+/// twice) whose progress climbs through every value up to `total`.
+async fn assert_every_step(browser: &Browser, total: u64) {
+    let entries = browser
+        .wait_for("every step in the timeline", || async {
+            let entries = timeline(browser).await;
+            entries
+                .iter()
+                .any(|e| e.progress == total)
+                .then_some(entries)
+        })
+        .await;
+    for pair in entries.windows(2) {
+        assert_eq!(pair[0].token, pair[1].token, "one stream: {entries:?}");
         assert_eq!(
-            pair[1].1,
-            pair[0].1 + 1,
-            "gap or duplicate in the timeline: {ids:?}"
+            pair[1].seq,
+            pair[0].seq + 1,
+            "gap or duplicate: {entries:?}"
+        );
+        assert!(
+            pair[0].progress <= pair[1].progress,
+            "went back: {entries:?}"
         );
     }
+    let shown: BTreeSet<u64> = entries.iter().map(|e| e.progress).collect();
+    let missing: Vec<u64> = (1..=total).filter(|p| !shown.contains(p)).collect();
+    assert!(
+        missing.is_empty(),
+        "steps missing from the timeline: {missing:?} in {entries:?}"
+    );
 }
 
 async fn local_storage(browser: &Browser) -> (String, String) {
@@ -249,14 +282,7 @@ async fn the_dashboard_runs_steers_and_survives_a_reload() {
     browser
         .click(&format!("tr[data-task-id='{long}'] button.link"))
         .await;
-    let ids = browser
-        .wait_for("every step in the timeline", || async {
-            let ids = timeline(&browser).await;
-            (ids.len() >= 60).then_some(ids)
-        })
-        .await;
-    assert!(ids.len() >= 60, "every step in the timeline: {}", ids.len());
-    assert_no_gap_or_duplicate(&ids);
+    assert_every_step(&browser, 60).await;
     let shown = browser
         .wait_for("the four tasks' rows", || async {
             let shown = rows(&browser).await;
@@ -432,18 +458,8 @@ async fn the_dashboard_recovers_from_a_cut_network_and_a_killed_server() {
     browser
         .wait_text("[data-test=conn]", |t| t == "connected")
         .await;
-    let ids = browser
-        .wait_for("every step in the timeline", || async {
-            let ids = timeline(&browser).await;
-            (ids.len() >= 150).then_some(ids)
-        })
-        .await;
-    assert!(
-        ids.len() >= 150,
-        "every step, before and after the cut and the kill: {}",
-        ids.len()
-    );
-    assert_no_gap_or_duplicate(&ids);
+    // Every step, before and after the cut and the kill.
+    assert_every_step(&browser, 150).await;
     browser.screenshot("dashboard-recovered").await;
     browser.close().await;
 }

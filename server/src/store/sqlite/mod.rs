@@ -409,14 +409,15 @@ mod tests {
     /// A write that stores `key` in the `meta` table, then panics if asked to.
     fn insert(
         store: &Sqlite,
-        key: &'static str,
+        key: &str,
         panics: bool,
     ) -> impl Future<Output = Result<(), StoreError>> + use<> {
         let store = store.clone();
+        let key = key.to_owned();
         async move {
             store
                 .write(move |conn| {
-                    conn.execute("INSERT INTO meta (key, value) VALUES (?1, 'v')", [key])?;
+                    conn.execute("INSERT INTO meta (key, value) VALUES (?1, 'v')", [&key])?;
                     assert!(!panics, "the write of {key} panics");
                     Ok(())
                 })
@@ -452,6 +453,71 @@ mod tests {
         });
         running.await.unwrap();
         release
+    }
+
+    /// Writes that queue while the writer is busy commit together: while the last of them
+    /// holds the transaction open, none of the others is answered or visible to readers (one
+    /// transaction each, they would be). A failing write among them is rolled back alone.
+    #[tokio::test]
+    async fn queued_writes_share_one_transaction_and_a_failing_one_rolls_back_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir, WriteQueue::default());
+        let release = hold_writer(&store).await;
+        let mut writes: Vec<_> = (0..40)
+            .map(|i| tokio::spawn(insert(&store, &format!("k{i:02}"), false)))
+            .collect();
+        writes.push(tokio::spawn({
+            let store = store.clone();
+            async move {
+                store
+                    .write(|conn| {
+                        conn.execute("INSERT INTO meta (key, value) VALUES ('bad', 'v')", [])?;
+                        conn.execute("INSERT INTO meta (key, value) VALUES ('bad', 'v')", [])?;
+                        Ok(())
+                    })
+                    .await
+            }
+        }));
+        while store.queued() < writes.len() {
+            tokio::task::yield_now().await;
+        }
+        // The last write of the batch waits until told, keeping its transaction open.
+        let (started, running) = oneshot::channel();
+        let (finish, finishing) = std::sync::mpsc::channel::<()>();
+        let last = tokio::spawn({
+            let store = store.clone();
+            async move {
+                store
+                    .write(move |_| {
+                        let _ = started.send(());
+                        let _ = finishing.recv();
+                        Ok(())
+                    })
+                    .await
+            }
+        });
+        while store.queued() < writes.len() + 1 {
+            tokio::task::yield_now().await;
+        }
+        drop(release);
+        running.await.unwrap();
+        let answered = writes.iter().filter(|write| write.is_finished()).count();
+        assert_eq!(answered, 0, "answered before their transaction committed");
+        assert!(keys(&store).await.is_empty(), "visible before the commit");
+
+        drop(finish);
+        last.await.unwrap().unwrap();
+        let outcomes: Vec<_> = futures::future::join_all(writes).await;
+        let failed: Vec<usize> = (0..outcomes.len())
+            .filter(|&i| outcomes[i].as_ref().unwrap().is_err())
+            .collect();
+        assert_eq!(failed, [40], "only the failing write fails");
+        let expected: Vec<String> = (0..40).map(|i| format!("k{i:02}")).collect();
+        assert_eq!(
+            keys(&store).await,
+            expected,
+            "the failing write left nothing"
+        );
     }
 
     /// One panicking write among others of its transaction is undone alone: its caller is told,

@@ -508,40 +508,6 @@ mod tests {
         (dir, store)
     }
 
-    #[tokio::test]
-    async fn a_failing_write_rolls_back_alone() {
-        let (_dir, store) = store().await;
-        let writes = (0..50).map(|i| {
-            let store = store.clone();
-            tokio::spawn(async move {
-                if i == 25 {
-                    // Violates the status CHECK constraint after inserting: the savepoint must
-                    // undo the insert without touching the other writes of its batch.
-                    store
-                        .write(|conn| {
-                            insert(conn, &new_task("bad"))?;
-                            conn.execute("UPDATE tasks SET status = 'bogus' WHERE id = 'bad'", [])?;
-                            Ok(())
-                        })
-                        .await
-                } else {
-                    store
-                        .insert_task(new_task(&format!("t{i}")))
-                        .await
-                        .map(|_| ())
-                }
-            })
-        });
-        let results: Vec<_> = futures::future::join_all(writes).await;
-        let failures = results
-            .iter()
-            .filter(|r| r.as_ref().unwrap().is_err())
-            .count();
-        assert_eq!(failures, 1);
-        assert!(store.get_task("bad").await.unwrap().is_none());
-        assert_eq!(store.list_tasks(None, None, 100).await.unwrap().len(), 49);
-    }
-
     /// A write alone in its transaction runs without a savepoint: when it fails, the writer
     /// rolls the transaction back, so nothing of it stays, and the next write starts afresh.
     #[tokio::test]
