@@ -146,6 +146,8 @@ enum TestDatabase {
     Postgres(ScratchDatabase),
     /// A PostgreSQL database shared with other servers (a fleet's), dropped by its owner.
     Shared(String),
+    /// An SQLite file where the test put it (on a filesystem it controls).
+    SqliteAt(PathBuf),
 }
 
 impl TestDatabase {
@@ -190,6 +192,13 @@ impl Server {
     /// [`BACKEND_VAR`]; data `dir/data`) on a free port.
     pub async fn start(dir: &Path, extra_args: &[&str]) -> Server {
         let database = TestDatabase::for_this_run().await;
+        Server::launch(dir, database, dir.join("data"), next_node_id(), extra_args).await
+    }
+
+    /// Starts a server on the SQLite file `db`, whatever the run's backend (its logs and data
+    /// in `dir`).
+    pub async fn start_on_sqlite(dir: &Path, db: &Path, extra_args: &[&str]) -> Server {
+        let database = TestDatabase::SqliteAt(db.to_owned());
         Server::launch(dir, database, dir.join("data"), next_node_id(), extra_args).await
     }
 
@@ -254,6 +263,7 @@ impl Server {
             TestDatabase::Sqlite => command.arg("--db").arg(self.dir.join("tasks.db")),
             TestDatabase::Postgres(scratch) => command.args(["--database-url", scratch.url()]),
             TestDatabase::Shared(url) => command.args(["--database-url", url]),
+            TestDatabase::SqliteAt(path) => command.arg("--db").arg(path),
         };
         if !self.args.iter().any(|arg| arg == "--dashboard-dir") {
             command.args(["--dashboard-dir", "/nonexistent"]);

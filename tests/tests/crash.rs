@@ -214,10 +214,10 @@ async fn resumable_processing_continues_after_a_kill_and_repeat_call_attaches() 
     let original = original.structured_content.expect("structured content");
     assert_eq!(original["task_id"], json!(id));
     assert_eq!(original["total_processed"], json!(200));
-    // The call's own progress, across the kill: every batch's value once, none skipped (the
+    // The call's own progress, across the kill: the start and every batch once, none skipped (the
     // resumed stream replays what the killed server stored and had not delivered).
     let progress = caller.progress_reaching(200.0).await;
-    let every_batch: Vec<f64> = (1..=20).map(|batch| f64::from(batch * 10)).collect();
+    let every_batch: Vec<f64> = (0..=20).map(|batch| f64::from(batch * 10)).collect();
     assert_eq!(progress, every_batch);
     caller.close().await;
 

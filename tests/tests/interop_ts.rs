@@ -90,7 +90,7 @@ async fn the_typescript_sdk_resumes_an_interrupted_call_across_a_kill() {
         .iter()
         .filter_map(|line| line["progress"].as_f64())
         .collect();
-    let every_batch: Vec<f64> = (1..=15).map(|batch| f64::from(batch * 10)).collect();
+    let every_batch: Vec<f64> = (0..=15).map(|batch| f64::from(batch * 10)).collect();
     assert_eq!(progress, every_batch);
     let tokens = lines
         .iter()

@@ -218,7 +218,7 @@ fn configure(conn: &Connection) -> Result<(), StoreError> {
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", true)?;
-    conn.busy_timeout(Duration::from_secs(5))?;
+    conn.busy_timeout(LOCK_WAIT)?;
     keep_plans(conn)
 }
 
@@ -267,7 +267,16 @@ fn in_savepoint<T>(
     }
 }
 
+/// How long a write waits for a lock held by another process before it fails.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
+/// The same while the database is known to be locked: each batch would otherwise wait the whole
+/// [`LOCK_WAIT`] before failing, one after another, and a request whose answer needs a few
+/// writes would wait many times that. Every batch still tries, so the first one after the
+/// lock's release succeeds and restores the full wait.
+const LOCK_WAIT_WHILE_LOCKED: Duration = Duration::from_millis(100);
+
 fn write_loop(conn: Connection, mut jobs: mpsc::Receiver<WriteJob>) {
+    let mut locked = false;
     while let Some(first) = jobs.blocking_recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -280,27 +289,59 @@ fn write_loop(conn: Connection, mut jobs: mpsc::Receiver<WriteJob>) {
         metrics::gauge!(telemetry::STORE_WRITE_QUEUE).set(jobs.len() as f64);
         // A panic outside the writes themselves (none is known) must not end the writer either:
         // every later write would fail while the process went on answering.
-        if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| commit(&conn, batch))) {
-            tracing::error!(
-                panic = panic_message(&*panic),
-                "the store's writer panicked; its batch is rolled back and the writer goes on"
-            );
-            if !conn.is_autocommit() {
-                let _ = conn.execute_batch("ROLLBACK");
+        match std::panic::catch_unwind(AssertUnwindSafe(|| commit(&conn, batch))) {
+            Ok(Begun::Locked) if !locked => {
+                tracing::error!(
+                    "the database is locked by another process; writes fail (as busy) until it \
+                     releases the lock"
+                );
+                locked = true;
+                let _ = conn.busy_timeout(LOCK_WAIT_WHILE_LOCKED);
+            }
+            Ok(Begun::Yes) if locked => {
+                tracing::info!("the database's lock was released; writes go on");
+                locked = false;
+                let _ = conn.busy_timeout(LOCK_WAIT);
+            }
+            Ok(_) => {}
+            Err(panic) => {
+                tracing::error!(
+                    panic = panic_message(&*panic),
+                    "the store's writer panicked; its batch is rolled back and the writer goes on"
+                );
+                if !conn.is_autocommit() {
+                    let _ = conn.execute_batch("ROLLBACK");
+                }
             }
         }
     }
 }
 
+/// Whether a batch's transaction began.
+#[derive(PartialEq)]
+enum Begun {
+    Yes,
+    /// No: another process holds the database's lock.
+    Locked,
+    /// No, for another reason.
+    No,
+}
+
 /// Runs `batch` in one transaction and answers each write once its fate is known.
-fn commit(conn: &Connection, batch: Vec<WriteJob>) {
-    let begun = run_cached(conn, "BEGIN IMMEDIATE").map_err(|e| Arc::new(StoreError::from(e)));
-    if let Err(e) = begun {
-        tracing::error!(error = %e, "cannot begin a write transaction");
+fn commit(conn: &Connection, batch: Vec<WriteJob>) -> Begun {
+    if let Err(e) = run_cached(conn, "BEGIN IMMEDIATE") {
+        let locked = matches!(
+            e.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+        );
+        let e = Arc::new(StoreError::from(e));
+        if !locked {
+            tracing::error!(error = %e, "cannot begin a write transaction");
+        }
         for job in batch {
             job(None).1(Err(&e));
         }
-        return;
+        return if locked { Begun::Locked } else { Begun::No };
     }
     let shared = batch.len() > 1;
     let mut succeeded = true;
@@ -356,6 +397,7 @@ fn commit(conn: &Connection, batch: Vec<WriteJob>) {
     for reply in replies {
         reply(committed.as_ref().map(|_| ()));
     }
+    Begun::Yes
 }
 
 /// The text a panic was raised with.
@@ -381,7 +423,7 @@ impl ReaderPool {
             &self.path,
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
-        conn.busy_timeout(Duration::from_secs(5))?;
+        conn.busy_timeout(LOCK_WAIT)?;
         keep_plans(&conn)?;
         Ok(conn)
     }
