@@ -566,3 +566,70 @@ async fn a_body_that_is_no_message_gets_400_with_its_json_rpc_error() {
     let pong = session.call(2, "ping", json!({})).await;
     assert_eq!(pong, json!({}));
 }
+
+/// Protocol 2025-03-26 allows JSON-RPC batches: every request of one is answered on one SSE
+/// stream that ends after the last answer, a notification needs none, `initialize` may not be
+/// batched; a session on a later revision gets 400 for a batch and goes on.
+#[tokio::test]
+async fn a_2025_03_26_batch_is_answered_message_by_message() {
+    let (_dir, server) = server(&["--time-scale", "0.01"]).await;
+    let old = RawSession::open(&server.mcp_url(), V_OLD).await;
+    // As a 2025-03-26 client sends it: without the MCP-Protocol-Version header.
+    let send = |body: Value| {
+        let request = old
+            .http
+            .post(&old.url)
+            .header("Accept", "application/json, text/event-stream")
+            .header("Mcp-Session-Id", &old.session_id)
+            .json(&body);
+        async move { within(IO_TIMEOUT, "POST", request.send()).await.unwrap() }
+    };
+    let response = send(json!([
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 99}},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": start_batch(3)},
+        {"jsonrpc": "2.0", "id": 3, "method": "initialize", "params": {"protocolVersion": V_OLD,
+            "capabilities": {}, "clientInfo": {"name": "raw-test", "version": "1"}}},
+        {"jsonrpc": "2.0", "id": 4, "method": "no/such/method"},
+    ]))
+    .await;
+    assert_eq!(response.status(), 200);
+    let mut stream = Sse::new(response);
+    let mut answers = std::collections::BTreeMap::new();
+    while let Some(event) = stream.next(IO_TIMEOUT).await {
+        let message = event.json();
+        if let Some(id) = message["id"].as_u64() {
+            assert!(
+                answers.insert(id, message).is_none(),
+                "answered twice: {id}"
+            );
+        }
+    }
+    assert_eq!(answers.keys().copied().collect::<Vec<_>>(), [1, 2, 3, 4]);
+    assert!(answers[&1]["result"]["tools"].as_array().unwrap().len() > 5);
+    let task_id = &answers[&2]["result"]["structuredContent"]["task_id"];
+    assert!(task_id.is_string(), "{}", answers[&2]);
+    assert_eq!(answers[&3]["error"]["code"], -32600);
+    assert_eq!(answers[&4]["error"]["code"], -32601);
+
+    let notifications = send(json!([
+        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 98}},
+    ]))
+    .await;
+    assert_eq!(notifications.status(), 202);
+    let empty = send(json!([])).await;
+    assert_eq!(empty.status(), 400);
+
+    let new = RawSession::open(&server.mcp_url(), V_NEW).await;
+    let refused = new
+        .post(json!([{"jsonrpc": "2.0", "id": 1, "method": "ping"}]))
+        .await;
+    assert_eq!(refused.status(), 400);
+    let answer: Value = refused.json().await.unwrap();
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    assert!(
+        answer["error"]["message"].as_str().unwrap().contains(V_OLD),
+        "{answer}"
+    );
+    assert_eq!(new.call(2, "ping", json!({})).await, json!({}));
+}

@@ -8,6 +8,7 @@
 //! is an [`ApiError`](crate::mcp::error::ApiError) turned into a response.
 
 mod authorize;
+mod batch;
 mod body_limit;
 mod origin;
 mod resume;
@@ -307,7 +308,7 @@ fn request_span(request: &Request) -> tracing::Span {
 }
 
 /// `mcp`'s routes behind the middleware, outermost first: authorization and the request
-/// limits, resumable streams, the answer to a body over the limit, the limit itself, the
+/// limits, the split of a JSON-RPC batch into its messages, resumable streams, the answer to a body over the limit, the limit itself, the
 /// scopes a body's requests need, the task-request adaptation (both read the body).
 fn guarded(mcp: Router, auth: AuthState, resume: ResumeState, max_body_bytes: usize) -> Router {
     let mut mcp = mcp.route_layer(from_fn_with_state(
@@ -320,7 +321,14 @@ fn guarded(mcp: Router, auth: AuthState, resume: ResumeState, max_body_bytes: us
     }
     mcp.route_layer(RequestBodyLimitLayer::new(max_body_bytes))
         .route_layer(from_fn_with_state(max_body_bytes, body_limit::too_large))
-        .route_layer(from_fn_with_state(resume, resume::resumable))
+        .route_layer(from_fn_with_state(resume.clone(), resume::resumable))
+        .route_layer(from_fn_with_state(
+            batch::BatchState {
+                streams: resume.streams,
+                max_body_bytes,
+            },
+            batch::answer_batches,
+        ))
         .route_layer(from_fn_with_state(auth, authorize::authorize))
 }
 

@@ -75,7 +75,8 @@ pub async fn adapt_task_requests(
 }
 
 /// What a JSON body rmcp could not read as one JSON-RPC message is: not JSON (parse error,
-/// -32700), a batch, or JSON that is no message (invalid request, -32600); HTTP 400 each.
+/// -32700) or JSON that is no message (invalid request, -32600); HTTP 400 each. (Batches are
+/// answered, or refused, before: see `http::batch`.)
 fn unreadable(body: &[u8]) -> ApiError {
     let invalid = |message: String| ApiError::Http {
         status: StatusCode::BAD_REQUEST,
@@ -83,9 +84,6 @@ fn unreadable(body: &[u8]) -> ApiError {
     };
     match serde_json::from_slice::<Value>(body) {
         Err(e) => ApiError::Parse(format!("parse error: the body is not JSON ({e})")),
-        Ok(Value::Array(_)) => {
-            invalid("JSON-RPC batches are not accepted: send one message per request".into())
-        }
         Ok(_) => match serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(body) {
             Err(e) => invalid(format!("invalid request: not a JSON-RPC 2.0 message ({e})")),
             Ok(_) => invalid("invalid request".into()),
