@@ -370,3 +370,84 @@ async fn a_task_outlives_a_database_locked_longer_than_sqlite_waits() {
     assert_eq!(done.status, TaskStatus::Completed, "{done:?}");
     assert_eq!(done.result_data, baseline.result_data);
 }
+
+/// `/metrics` counts what happened: the tasks by status, one commit (and one latency sample)
+/// per step, the events stored and replayed, the sessions; nothing failed.
+#[tokio::test]
+async fn metrics_count_steps_tasks_events_and_sessions() {
+    use durable_mcp_server::telemetry;
+    use durable_tests::raw::{RawSession, Sse};
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--time-scale", "0"]).await;
+    let scrape = async || {
+        let url = format!("http://{}/metrics", server.addr);
+        let response = within(Duration::from_secs(10), "/metrics", reqwest::get(url))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let text = response.text().await.unwrap();
+        // `name{labels} value` lines; comments and other series skipped.
+        move |series: &str| -> Option<f64> {
+            text.lines()
+                .filter(|line| !line.starts_with('#'))
+                .find_map(|line| {
+                    let (name, value) = line.rsplit_once(' ')?;
+                    (name == series).then(|| value.parse().unwrap())
+                })
+        }
+    };
+    let session = RawSession::open(&server.mcp_url(), "2025-11-25").await;
+    let mut stream = Sse::new(session.get(None).await);
+    let priming = stream.next(durable_tests::IO_TIMEOUT).await.unwrap();
+    session
+        .call(1, "resources/subscribe", json!({"uri": "task://list"}))
+        .await;
+    let client = Client::connect(&server.mcp_url(), None).await;
+    for total_items in [4, 6] {
+        let task = client
+            .call_ok(
+                "start_batch_processing",
+                json!({"total_items": total_items, "batch_size": 2}),
+            )
+            .await;
+        client
+            .wait_terminal(task["task_id"].as_str().unwrap(), Duration::from_secs(30))
+            .await;
+    }
+
+    let metric = scrape().await;
+    let series = |name: &str, labels: &str| format!("{name}{labels}");
+    assert_eq!(
+        metric(&series(telemetry::TASKS, "{status=\"completed\"}")),
+        Some(2.0)
+    );
+    assert_eq!(
+        metric(&series(telemetry::TASKS, "{status=\"running\"}")),
+        Some(0.0)
+    );
+    // 2 + 3 steps.
+    assert_eq!(metric(telemetry::STEPS_COMMITTED), Some(5.0));
+    assert_eq!(
+        metric(&series(telemetry::STEP_COMMIT_SECONDS, "_count")),
+        Some(5.0)
+    );
+    assert_eq!(metric(telemetry::SESSIONS), Some(2.0));
+    // Each session's standalone stream: the raw one's and the SDK client's.
+    assert_eq!(metric(telemetry::OPEN_STREAMS), Some(2.0));
+    let appended = metric(telemetry::EVENTS_APPENDED).expect("events appended");
+    assert!(appended >= 5.0, "{appended}");
+    assert!(metric(&series(telemetry::STORE_BATCH_WRITES, "_count")).unwrap() >= 1.0);
+    assert!(metric(telemetry::PROCESS_RESIDENT_BYTES).unwrap() > 1e6);
+    assert_eq!(metric(telemetry::STORE_WRITER_PANICS).unwrap_or(0.0), 0.0);
+    assert_eq!(metric(telemetry::EVENTS_REPLAYED).unwrap_or(0.0), 0.0);
+
+    // A resume replays what the standalone stream carried since its priming event.
+    drop(stream);
+    let mut resumed = Sse::new(session.get(priming.id.as_deref()).await);
+    let first = resumed.next(durable_tests::IO_TIMEOUT).await.unwrap();
+    assert!(!first.is_priming(), "{first:?}");
+    let replayed = scrape().await(telemetry::EVENTS_REPLAYED).expect("events replayed");
+    assert!(replayed >= 1.0, "{replayed}");
+    client.close().await;
+}
