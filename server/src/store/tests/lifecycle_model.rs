@@ -5,8 +5,9 @@
 //! applied to the store and to a few lines of plain Rust, and after every operation both agree
 //! on whether it was applied and on the task's status and step.
 //!
-//! The model is the rules as `ARCHITECTURE.md` states them: steering follows the one table
-//! ([`Steer::from`]); a claim takes a `pending` task, or a `running` one whose lease lapsed or
+//! The model is the rules as `ARCHITECTURE.md` states them: pause from `pending` or
+//! `running`, resume from `paused`, cancel from any unfinished status (the store is asked with
+//! [`Steer`]'s table, so a change to the table shows as a disagreement); a claim takes a `pending` task, or a `running` one whose lease lapsed or
 //! is its own node's, and bumps the attempt; a step commit or a failure needs the current
 //! attempt on a `running` task; a terminal status is never left.
 
@@ -117,12 +118,17 @@ impl Model {
                 }
                 ok
             }
+            // Spelled out here rather than read from `Steer`'s table, so that a change to the
+            // table is a disagreement too.
             Op::Steer(steer) => {
-                let ok = steer.allowed_from(self.status);
-                if ok {
-                    self.status = steer.to();
-                }
-                ok
+                let to = match (steer, self.status) {
+                    (Steer::Pause, TaskStatus::Pending | TaskStatus::Running) => TaskStatus::Paused,
+                    (Steer::Resume, TaskStatus::Paused) => TaskStatus::Pending,
+                    (Steer::Cancel, status) if !status.is_terminal() => TaskStatus::Cancelled,
+                    _ => return false,
+                };
+                self.status = to;
+                true
             }
             Op::Renew { node, stale } => {
                 let ok = self.holds(lease_of(stale)) && self.node == Some(node);
