@@ -15,7 +15,7 @@ use libfuzzer_sys::fuzz_target;
 #[derive(Debug, Arbitrary)]
 struct Input {
     method: Verb,
-    headers: Vec<(Name, Text)>,
+    headers: Vec<(Header, Text)>,
     body: Payload,
     /// Without it the request names no Host unless a header gives one.
     default_host: bool,
@@ -29,7 +29,7 @@ enum Verb {
 }
 
 #[derive(Debug, Arbitrary)]
-enum Name {
+enum Header {
     SessionId,
     LastEventId,
     ProtocolVersion,
@@ -75,20 +75,20 @@ const PROTOCOLS: [&str; 5] = [
     "2026-07-28",
 ];
 
-fn name(name: &Name) -> Option<HeaderName> {
+fn name(name: &Header) -> Option<HeaderName> {
     Some(match name {
-        Name::SessionId => HeaderName::from_static("mcp-session-id"),
-        Name::LastEventId => HeaderName::from_static("last-event-id"),
-        Name::ProtocolVersion => HeaderName::from_static("mcp-protocol-version"),
-        Name::Accept => HeaderName::from_static("accept"),
-        Name::ContentType => HeaderName::from_static("content-type"),
-        Name::Origin => HeaderName::from_static("origin"),
-        Name::Host => HeaderName::from_static("host"),
-        Name::ClientId => HeaderName::from_static(durable_shared::CLIENT_ID_HEADER),
-        Name::Authorization => HeaderName::from_static("authorization"),
-        Name::McpMethod => HeaderName::from_static("mcp-method"),
-        Name::McpName => HeaderName::from_static("mcp-name"),
-        Name::Other(name) => HeaderName::from_bytes(name.as_bytes()).ok()?,
+        Header::SessionId => HeaderName::from_static("mcp-session-id"),
+        Header::LastEventId => HeaderName::from_static("last-event-id"),
+        Header::ProtocolVersion => HeaderName::from_static("mcp-protocol-version"),
+        Header::Accept => HeaderName::from_static("accept"),
+        Header::ContentType => HeaderName::from_static("content-type"),
+        Header::Origin => HeaderName::from_static("origin"),
+        Header::Host => HeaderName::from_static("host"),
+        Header::ClientId => HeaderName::from_static(durable_shared::CLIENT_ID_HEADER),
+        Header::Authorization => HeaderName::from_static("authorization"),
+        Header::McpMethod => HeaderName::from_static("mcp-method"),
+        Header::McpName => HeaderName::from_static("mcp-name"),
+        Header::Other(name) => HeaderName::from_bytes(name.as_bytes()).ok()?,
     })
 }
 
