@@ -14,7 +14,7 @@ mod status;
 mod task;
 
 pub use event_id::{EventId, MalformedEventId};
-pub use status::{TaskStatus, UnknownStatus};
+pub use status::{Steer, TaskStatus, UnknownStatus};
 pub use task::{
     CLIENT_ID_HEADER, CheckpointStats, ServerStats, TASK_LIST_META_KEY, TASK_META_KEY, TaskInfo,
     TaskList, list_uri, status_uri,

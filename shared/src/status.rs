@@ -56,6 +56,55 @@ impl fmt::Display for TaskStatus {
     }
 }
 
+/// What a client may ask of a task (the `pause_task`, `resume_task` and `cancel_task` tools),
+/// each allowed only from some statuses: the one table of these rules, which the engine applies
+/// as conditional updates and the tests check the store against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Steer {
+    /// Stop at a step boundary, keeping the checkpoint.
+    Pause,
+    /// Continue a paused task from its checkpoint (it waits for a worker as `pending`).
+    Resume,
+    /// Stop for good.
+    Cancel,
+}
+
+impl Steer {
+    pub const ALL: [Steer; 3] = [Steer::Pause, Steer::Resume, Steer::Cancel];
+
+    /// The verb, as error messages say it ("cannot pause task …").
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Steer::Pause => "pause",
+            Steer::Resume => "resume",
+            Steer::Cancel => "cancel",
+        }
+    }
+
+    /// The statuses it is allowed from; from any other it is refused and changes nothing.
+    /// No terminal status is among them: a finished task is never steered.
+    pub fn from(self) -> &'static [TaskStatus] {
+        match self {
+            Steer::Pause => &[TaskStatus::Pending, TaskStatus::Running],
+            Steer::Resume => &[TaskStatus::Paused],
+            Steer::Cancel => &[TaskStatus::Pending, TaskStatus::Running, TaskStatus::Paused],
+        }
+    }
+
+    /// The status it leaves the task in.
+    pub fn to(self) -> TaskStatus {
+        match self {
+            Steer::Pause => TaskStatus::Paused,
+            Steer::Resume => TaskStatus::Pending,
+            Steer::Cancel => TaskStatus::Cancelled,
+        }
+    }
+
+    pub fn allowed_from(self, status: TaskStatus) -> bool {
+        self.from().contains(&status)
+    }
+}
+
 /// A status name that is not one of [`TaskStatus::ALL`]; its message lists the valid ones.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnknownStatus(pub String);
@@ -105,6 +154,46 @@ mod tests {
             err.to_string(),
             "unknown task status \"done\"; valid statuses are: pending, running, paused, completed, failed, cancelled"
         );
+    }
+
+    /// The steering rules, spelled out pair by pair: `X` where the request is applied.
+    #[test]
+    fn steering_table() {
+        use TaskStatus::*;
+        let table = [
+            //               pending running paused completed failed cancelled
+            (
+                Steer::Pause,
+                [true, true, false, false, false, false],
+                Paused,
+            ),
+            (
+                Steer::Resume,
+                [false, false, true, false, false, false],
+                Pending,
+            ),
+            (
+                Steer::Cancel,
+                [true, true, true, false, false, false],
+                Cancelled,
+            ),
+        ];
+        for (steer, allowed, to) in table {
+            for (status, allowed) in TaskStatus::ALL.into_iter().zip(allowed) {
+                assert_eq!(
+                    steer.allowed_from(status),
+                    allowed,
+                    "{} from {status}",
+                    steer.as_str()
+                );
+                assert!(
+                    !(allowed && status.is_terminal()),
+                    "a terminal status is left"
+                );
+            }
+            assert_eq!(steer.to(), to);
+        }
+        assert_eq!(Steer::ALL.map(Steer::as_str), ["pause", "resume", "cancel"]);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use durable_shared::kinds::ParamError;
-use durable_shared::{CheckpointStats, ServerStats, TaskInfo, TaskStatus};
+use durable_shared::{CheckpointStats, ServerStats, Steer, TaskInfo, TaskStatus};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio::sync::{OwnedSemaphorePermit, broadcast, watch};
@@ -736,10 +736,7 @@ impl Engine {
     /// Stops the task at the next step boundary (dropping a step in progress), keeping its
     /// checkpoint.
     pub async fn pause(&self, task_id: &str) -> Result<TaskInfo, EngineError> {
-        const FROM: &[TaskStatus] = &[TaskStatus::Pending, TaskStatus::Running];
-        let info = self
-            .transition(task_id, "pause", FROM, TaskStatus::Paused)
-            .await?;
+        let info = self.transition(task_id, Steer::Pause).await?;
         self.inner.stop_worker(task_id);
         tracing::info!(task_id, step = info.step, "task paused");
         Ok(info)
@@ -747,10 +744,7 @@ impl Engine {
 
     /// Continues a paused task from its checkpoint.
     pub async fn resume(&self, task_id: &str) -> Result<TaskInfo, EngineError> {
-        const FROM: &[TaskStatus] = &[TaskStatus::Paused];
-        let info = self
-            .transition(task_id, "resume", FROM, TaskStatus::Pending)
-            .await?;
+        let info = self.transition(task_id, Steer::Resume).await?;
         tracing::info!(task_id, step = info.step, "task resumed");
         self.inner.spawn_worker(task_id.to_owned(), &info.kind);
         Ok(info)
@@ -758,30 +752,28 @@ impl Engine {
 
     /// Stops the task for good, at once, even in the middle of a step.
     pub async fn cancel(&self, task_id: &str) -> Result<TaskInfo, EngineError> {
-        const FROM: &[TaskStatus] = &[TaskStatus::Pending, TaskStatus::Running, TaskStatus::Paused];
-        let info = self
-            .transition(task_id, "cancel", FROM, TaskStatus::Cancelled)
-            .await?;
+        let info = self.transition(task_id, Steer::Cancel).await?;
         self.inner.stop_worker(task_id);
         tracing::info!(task_id, step = info.step, "task cancelled");
         Ok(info)
     }
 
-    async fn transition(
-        &self,
-        task_id: &str,
-        action: &'static str,
-        from: &'static [TaskStatus],
-        to: TaskStatus,
-    ) -> Result<TaskInfo, EngineError> {
-        match self.inner.store.transition(task_id, from, to).await? {
+    /// Applies `steer` if the task's status allows it (the table is [`Steer::from`]), in one
+    /// conditional update.
+    async fn transition(&self, task_id: &str, steer: Steer) -> Result<TaskInfo, EngineError> {
+        match self
+            .inner
+            .store
+            .transition(task_id, steer.from(), steer.to())
+            .await?
+        {
             Transition::Applied(info) => {
                 let milestone = Milestone::info(format!("task {task_id} {}", info.status));
                 self.inner.publish(TaskEvent::with(info.clone(), milestone));
                 Ok(info)
             }
             Transition::Refused(info) => Err(EngineError::InvalidState {
-                action,
+                action: steer.as_str(),
                 task_id: task_id.to_owned(),
                 status: info.status,
             }),

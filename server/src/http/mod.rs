@@ -56,6 +56,13 @@ const LOOPBACK_HOSTS: [&str; 3] = ["127.0.0.1", "localhost", "::1"];
 /// How long an MCP task handle is kept when its client does not ask (capped by `--retention`).
 const DEFAULT_TASK_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// The server without its socket: the whole router (`/mcp` behind its middleware, the
+/// dashboard, the probes and `/metrics`) and the engine behind it, built by [`app`].
+pub struct App {
+    pub router: Router,
+    pub engine: Engine,
+}
+
 /// Opens the store, starts the engine (resuming unfinished tasks) and serves on `listener`
 /// until `shutdown` fires; then lets tasks checkpoint and returns.
 pub async fn run(
@@ -63,6 +70,54 @@ pub async fn run(
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    let App { router, engine } = app(&config, &shutdown).await?;
+    let server = axum::serve(
+        listener.tap_io(|stream| {
+            // rmcp writes SSE replies in small pieces; without NODELAY each waits ~40 ms for a
+            // delayed ACK.
+            if let Err(e) = stream.set_nodelay(true) {
+                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+            }
+        }),
+        router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    // One grace period for everything after the signal, connections and workers together:
+    // the process exits within `--shutdown-grace`, as promised.
+    let grace = config.shutdown_grace;
+    let deadline = {
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            shutdown.cancelled().await;
+            tokio::time::Instant::now() + grace
+        })
+    };
+    tokio::select! {
+        served = server => served.context("serving HTTP")?,
+        // Graceful shutdown waits for open connections; a stuck one must not hold the process.
+        _ = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
+            tracing::warn!("connections still open after the grace period; closing them");
+        }
+    }
+    let deadline = deadline
+        .await
+        .unwrap_or_else(|_| tokio::time::Instant::now());
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    if engine.wait_stopped(left).await {
+        tracing::info!("all tasks checkpointed; they resume at the next start");
+    } else {
+        tracing::warn!(
+            "some task workers did not stop in time; they resume from their last checkpoint"
+        );
+    }
+    Ok(())
+}
+
+/// Builds the server of `config` without binding a socket: opens the store, starts the engine
+/// (resuming unfinished tasks), the session sweep and the relay of orphaned calls, all under
+/// `shutdown`, and returns the router that serves them. [`run`] serves it on a listener; the
+/// fuzz targets call it in process.
+pub async fn app(config: &Config, shutdown: &CancellationToken) -> anyhow::Result<App> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
     // Installed before anything is recorded, so that /metrics counts from the start.
@@ -100,7 +155,7 @@ pub async fn run(
         .context("starting the task engine")?;
     engine.spawn_retention(config.retention, config.retention_interval);
     let streams = StreamStore::new(store.clone(), shutdown.child_token());
-    let sessions = Arc::new(session_manager(&config, &streams));
+    let sessions = Arc::new(session_manager(config, &streams));
     tokio::spawn(sweep_sessions(
         streams.clone(),
         sessions.clone(),
@@ -113,8 +168,8 @@ pub async fn run(
         .context("announcing this process to the other nodes")?;
     relay::relay_orphaned_calls(engine.clone(), streams.clone(), shutdown.child_token()).await;
 
-    let app = router(
-        &config,
+    let router = router(
+        config,
         engine.clone(),
         streams.clone(),
         sessions,
@@ -122,47 +177,7 @@ pub async fn run(
         shutdown.clone(),
     )
     .merge(operations(store, streams, shutdown.clone()));
-    let server = axum::serve(
-        listener.tap_io(|stream| {
-            // rmcp writes SSE replies in small pieces; without NODELAY each waits ~40 ms for a
-            // delayed ACK.
-            if let Err(e) = stream.set_nodelay(true) {
-                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-            }
-        }),
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown.clone().cancelled_owned());
-
-    // One grace period for everything after the signal, connections and workers together:
-    // the process exits within `--shutdown-grace`, as promised.
-    let grace = config.shutdown_grace;
-    let deadline = {
-        let shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            shutdown.cancelled().await;
-            tokio::time::Instant::now() + grace
-        })
-    };
-    tokio::select! {
-        served = server => served.context("serving HTTP")?,
-        // Graceful shutdown waits for open connections; a stuck one must not hold the process.
-        _ = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
-            tracing::warn!("connections still open after the grace period; closing them");
-        }
-    }
-    let deadline = deadline
-        .await
-        .unwrap_or_else(|_| tokio::time::Instant::now());
-    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-    if engine.wait_stopped(left).await {
-        tracing::info!("all tasks checkpointed; they resume at the next start");
-    } else {
-        tracing::warn!(
-            "some task workers did not stop in time; they resume from their last checkpoint"
-        );
-    }
-    Ok(())
+    Ok(App { router, engine })
 }
 
 fn session_manager(config: &Config, streams: &StreamStore) -> LocalSessionManager {

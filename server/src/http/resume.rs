@@ -59,7 +59,12 @@ fn header_str<'a>(request: &'a Request, name: &str) -> Option<&'a str> {
 pub async fn resumable(State(state): State<ResumeState>, request: Request, next: Next) -> Response {
     let session = header_str(&request, SESSION_HEADER).map(str::to_owned);
     let method = request.method().clone();
-    let last_event_id = header_str(&request, LAST_EVENT_ID_HEADER).map(str::to_owned);
+    // Not `header_str`: a Last-Event-ID that is not visible ASCII must be refused as malformed
+    // (400), not taken for an absent one and left to rmcp.
+    let last_event_id = request
+        .headers()
+        .get(LAST_EVENT_ID_HEADER)
+        .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
     let mut version = None;
     if let Some(session) = &session {
         version = state.streams.session_version(session).await;
@@ -779,6 +784,64 @@ mod tests {
             b"data: {\"id\":1}\nid: a.2\n\n: keep-alive"
         );
         assert_eq!(rewriter.pass(rest.clone()), rest);
+    }
+
+    /// Regression (found by the `http_headers` fuzz target): a `Last-Event-ID` that is not
+    /// visible ASCII was taken for no header at all and passed on to rmcp, and one whose seq
+    /// is above `i64::MAX` reached the store and got 500. Both are malformed ids: 400.
+    #[tokio::test]
+    async fn a_non_ascii_or_unstorable_last_event_id_is_a_400() {
+        use axum::http::HeaderValue;
+        use rmcp::transport::streamable_http_server::session::{SessionState, SessionStore};
+        use tower::ServiceExt;
+
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(&dir.path().join("t.db")).unwrap();
+        let streams = StreamStore::new(store, tokio_util::sync::CancellationToken::new());
+        let initialize: rmcp::model::InitializeRequestParams = serde_json::from_value(json!({
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"}}))
+        .unwrap();
+        streams
+            .store("s1", &SessionState::new(initialize))
+            .await
+            .unwrap();
+        let state = ResumeState {
+            streams,
+            max_streams: 8,
+            sse_retry: Duration::from_secs(3),
+            added_capabilities: Default::default(),
+        };
+        let app = axum::Router::new()
+            .route("/mcp", axum::routing::get(|| async { "passed" }))
+            .layer(axum::middleware::from_fn_with_state(state, resumable));
+        for id in [
+            HeaderValue::from_bytes(b"\xff\xfe.1").unwrap(),
+            HeaderValue::from_bytes(format!("{TOKEN}.\u{e9}1").as_bytes()).unwrap(),
+            HeaderValue::from_str(&format!("{TOKEN}.9223372036854775808")).unwrap(),
+            HeaderValue::from_str(&format!("{TOKEN}.18446744073709551615")).unwrap(),
+        ] {
+            let request = Request::get("/mcp")
+                .header(SESSION_HEADER, "s1")
+                .header(LAST_EVENT_ID_HEADER, id.clone())
+                .body(axum::body::Body::empty())
+                .unwrap();
+            let response =
+                tokio::time::timeout(Duration::from_secs(10), app.clone().oneshot(request))
+                    .await
+                    .unwrap()
+                    .unwrap();
+            assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{id:?}");
+            let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            let body: Value = serde_json::from_slice(&body).unwrap();
+            let message = body["error"]["message"].as_str().unwrap();
+            assert!(
+                message.contains("is not an event id of this server"),
+                "{message}"
+            );
+        }
     }
 
     #[test]

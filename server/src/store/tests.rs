@@ -10,6 +10,8 @@ use serde_json::json;
 use super::postgres::scratch::{ScratchDatabase, TEST_SERVER_VAR};
 use super::*;
 
+mod lifecycle_model;
+
 /// A fresh store on one backend, with what keeps its database alive.
 struct Fixture {
     store: Store,

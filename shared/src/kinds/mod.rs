@@ -119,6 +119,21 @@ pub fn parse_params<P: DeserializeOwned>(
     kind: &str,
     value: serde_json::Value,
 ) -> Result<P, ParamError> {
+    // Serde reads a struct from an array too (positionally) and names no field for a string or
+    // a number: parameters are named, so anything but an object is refused as a whole here.
+    let found = match &value {
+        serde_json::Value::Object(_) => None,
+        serde_json::Value::Null => Some("null"),
+        serde_json::Value::Bool(_) => Some("a boolean"),
+        serde_json::Value::Number(_) => Some("a number"),
+        serde_json::Value::String(_) => Some("a string"),
+        serde_json::Value::Array(_) => Some("an array"),
+    };
+    if let Some(found) = found {
+        return Err(ParamError::general(format!(
+            "invalid parameters for {kind}: expected a JSON object of named parameters, got {found}"
+        )));
+    }
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         // "total_items: invalid type: …": the path leads, except for errors at the root.
@@ -223,6 +238,30 @@ mod tests {
             wrong.message.contains("invalid type: string \"ten\""),
             "{wrong}"
         );
+    }
+
+    /// Regression (found by the `tool_arguments` fuzz target): parameters that are not a JSON
+    /// object were mishandled: an array was read positionally as if it named the fields in
+    /// declaration order, and other values got serde's error about the whole struct.
+    #[test]
+    fn parameters_that_are_not_an_object_are_refused_as_a_whole() {
+        for (value, found) in [
+            (serde_json::json!([5, 1]), "an array"),
+            (serde_json::json!(null), "null"),
+            (serde_json::json!("total_items"), "a string"),
+            (serde_json::json!(5), "a number"),
+            (serde_json::json!(true), "a boolean"),
+        ] {
+            let error = parse_params::<BatchParams>(BATCH_PROCESSING, value.clone()).unwrap_err();
+            assert_eq!(
+                error,
+                ParamError::general(format!(
+                    "invalid parameters for {BATCH_PROCESSING}: expected a JSON object of named \
+                     parameters, got {found}"
+                )),
+                "{value}"
+            );
+        }
     }
 
     #[test]
