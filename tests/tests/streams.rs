@@ -591,20 +591,26 @@ async fn a_2025_03_26_batch_is_answered_message_by_message() {
         {"jsonrpc": "2.0", "id": 3, "method": "initialize", "params": {"protocolVersion": V_OLD,
             "capabilities": {}, "clientInfo": {"name": "raw-test", "version": "1"}}},
         {"jsonrpc": "2.0", "id": 4, "method": "no/such/method"},
+        5,
     ]))
     .await;
     assert_eq!(response.status(), 200);
     let mut stream = Sse::new(response);
     let mut answers = std::collections::BTreeMap::new();
+    let mut without_id = Vec::new();
     while let Some(event) = stream.next(IO_TIMEOUT).await {
         let message = event.json();
-        if let Some(id) = message["id"].as_u64() {
-            assert!(
+        match message["id"].as_u64() {
+            Some(id) => assert!(
                 answers.insert(id, message).is_none(),
                 "answered twice: {id}"
-            );
+            ),
+            None => without_id.push(message),
         }
     }
+    // The element that is no message gets an invalid request error with a null id.
+    assert_eq!(without_id.len(), 1, "{without_id:?}");
+    assert_eq!(without_id[0]["error"]["code"], -32600);
     assert_eq!(answers.keys().copied().collect::<Vec<_>>(), [1, 2, 3, 4]);
     assert!(answers[&1]["result"]["tools"].as_array().unwrap().len() > 5);
     let task_id = &answers[&2]["result"]["structuredContent"]["task_id"];

@@ -98,6 +98,10 @@ pub(super) async fn answer_batches(
         let next = next.clone();
         let parts = parts.clone();
         async move {
+            if !message.is_object() {
+                let refusal = error_for(&message, "invalid request: not a JSON-RPC 2.0 message");
+                return Some(event_stream(refusal));
+            }
             if message["method"] == "initialize" {
                 let refusal = error_for(&message, "initialize must not be part of a batch");
                 return Some(event_stream(refusal));
