@@ -479,12 +479,19 @@ mod tests {
             .unwrap()
     }
 
-    /// Holds the writer inside a write until the returned sender is dropped.
-    async fn hold_writer(store: &Sqlite) -> std::sync::mpsc::Sender<()> {
+    /// Queues a write that, once the writer runs it, signals `started` and holds its
+    /// transaction open until the returned sender is dropped.
+    fn holding_write(
+        store: &Sqlite,
+    ) -> (
+        tokio::task::JoinHandle<Result<(), StoreError>>,
+        oneshot::Receiver<()>,
+        std::sync::mpsc::Sender<()>,
+    ) {
         let (release, held) = std::sync::mpsc::channel::<()>();
         let (started, running) = oneshot::channel();
         let holder = store.clone();
-        tokio::spawn(async move {
+        let write = tokio::spawn(async move {
             holder
                 .write(move |_| {
                     let _ = started.send(());
@@ -493,6 +500,12 @@ mod tests {
                 })
                 .await
         });
+        (write, running, release)
+    }
+
+    /// Holds the writer inside a write until the returned sender is dropped.
+    async fn hold_writer(store: &Sqlite) -> std::sync::mpsc::Sender<()> {
+        let (_, running, release) = holding_write(store);
         running.await.unwrap();
         release
     }
@@ -524,20 +537,7 @@ mod tests {
             tokio::task::yield_now().await;
         }
         // The last write of the batch waits until told, keeping its transaction open.
-        let (started, running) = oneshot::channel();
-        let (finish, finishing) = std::sync::mpsc::channel::<()>();
-        let last = tokio::spawn({
-            let store = store.clone();
-            async move {
-                store
-                    .write(move |_| {
-                        let _ = started.send(());
-                        let _ = finishing.recv();
-                        Ok(())
-                    })
-                    .await
-            }
-        });
+        let (last, running, finish) = holding_write(&store);
         while store.queued() < writes.len() + 1 {
             tokio::task::yield_now().await;
         }
