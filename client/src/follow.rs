@@ -14,6 +14,7 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, PeerRequestOptions};
 use rmcp::{ClientHandler, RoleClient};
 use serde_json::{Value, json};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::mpsc;
 
 use super::{Client, Failure, Outcome, TASK_CANCELLED, TASK_FAILED, decode, describe, tool_text};
@@ -67,6 +68,15 @@ impl ClientHandler for Notifications {
     }
 }
 
+/// Ctrl-C, heard from the moment this returns until it is dropped. A fresh
+/// `tokio::signal::ctrl_c()` each loop turn would miss a Ctrl-C arriving between turns: tokio
+/// tells only the listeners that exist when the signal comes, and once its handler is installed
+/// the default one no longer ends the process, so the client would silently run on to the end.
+fn interrupts() -> Outcome<Signal> {
+    signal(SignalKind::interrupt())
+        .map_err(|e| Failure::Unreachable(format!("cannot listen for Ctrl-C: {e}")))
+}
+
 fn bar(total: u64, hidden: bool) -> ProgressBar {
     if hidden {
         return ProgressBar::hidden();
@@ -86,6 +96,7 @@ impl Client {
         reason = "resources/subscribe is how 2025-11-25 clients follow a resource"
     )]
     pub(super) async fn watch(&self, task_id: &str) -> Outcome<()> {
+        let mut interrupted = interrupts()?;
         let uri = status_uri(task_id);
         self.service
             .subscribe(SubscribeRequestParams::new(uri.clone()))
@@ -133,7 +144,7 @@ impl Client {
                     Err(Failure::Unreachable(_)) => return Err(lost(task_id)),
                     Err(other) => return Err(other),
                 },
-                _ = tokio::signal::ctrl_c() => {
+                _ = interrupted.recv() => {
                     bar.abandon();
                     eprintln!(
                         "stopped watching; task {task_id} keeps running on the server. \
@@ -147,6 +158,7 @@ impl Client {
 
     /// Runs `resumable_data_processing` with `arguments`, showing its progress.
     pub(super) async fn process(&self, mut arguments: Value) -> Outcome<()> {
+        let mut interrupted = interrupts()?;
         arguments["client_id"] = Value::String(self.client_id.clone());
         let Value::Object(object) = arguments.clone() else {
             unreachable!("arguments are an object")
@@ -188,7 +200,7 @@ impl Client {
                         }
                     }
                 }
-                _ = tokio::signal::ctrl_c() => {
+                _ = interrupted.recv() => {
                     bar.abandon();
                     eprintln!(
                         "interrupted; the processing task keeps its checkpoint on the server. \
