@@ -388,6 +388,7 @@ async fn replay(database: Database, dir: &Path) -> f64 {
         durable_mcp_server::store::Store::connect(&database, "bench-writer")
             .await
             .unwrap(),
+        "bench-writer",
         CancellationToken::new(),
     );
     let stream_id = format!("{}:common", session.session);

@@ -14,7 +14,8 @@
 //!    task has committed a step again, beside the time to its first answered `ping`.
 //!
 //! Parts 3 and 4 need a server in its own process: the bench re-executes itself with
-//! `DURABLE_BENCH_ROLE=serve` (see [`child`]). Replay of missed events is `--bench streams`.
+//! `DURABLE_BENCH_ROLE=serve` (see [`support::child`]). Replay of missed events is
+//! `--bench streams`.
 //!
 //! Run with `cargo bench -p durable-mcp-server --bench load` (about 2 minutes on 2 cores).
 
@@ -27,6 +28,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::{Value, json};
+use support::child::Server;
 use support::{Session, call, serve};
 
 mod support;
@@ -58,8 +60,6 @@ const SLEEPY_STEP: f64 = 1.0;
 const BRISK_STEP: f64 = 0.1;
 /// How long a wait on a server may take before the bench gives up.
 const PATIENCE: Duration = Duration::from_secs(120);
-
-const ROLE_VAR: &str = "DURABLE_BENCH_ROLE";
 
 /// The smallest task there is: one item in one batch, no delay, so it completes at once.
 fn instant_task() -> Value {
@@ -327,7 +327,7 @@ async fn memory(dir: &Path) {
     let http = reqwest::Client::new();
     let mib = |rss: f64| format!("{rss:.1} MiB");
 
-    let mut server = child::Server::spawn(&dir.join("sessions.db"), &data).await;
+    let mut server = Server::spawn(&dir.join("sessions.db"), &data).await;
     let idle = server.rss_mib();
     row("idle after start", mib(idle), 1.0, "baseline");
     let opening = Instant::now();
@@ -345,7 +345,7 @@ async fn memory(dir: &Path) {
     let durable_per_session = (rss - idle) * 1024.0 / CHILD_SESSIONS as f64;
 
     // What rmcp's own sessions cost: the ceiling's process, idle, then with as many sessions.
-    let mut ceiling = child::Server::spawn_ceiling(dir).await;
+    let mut ceiling = ceiling_process::spawn(dir).await;
     let ceiling_idle = ceiling.rss_mib();
     let sessions = open_sessions(&http, &ceiling.url, CHILD_SESSIONS).await;
     let ceiling_rss = ceiling.rss_mib();
@@ -368,7 +368,7 @@ async fn memory(dir: &Path) {
     // A second process, with the tasks started before the sessions are opened: every open
     // session slows each start down (part 2), and what is measured is the state reached.
     let db = dir.join("tasks.db");
-    let mut server = child::Server::spawn(&db, &data).await;
+    let mut server = Server::spawn(&db, &data).await;
     let driver = Session::open_with(http.clone(), server.url.clone()).await;
     let starting = Instant::now();
     start_tasks(&driver, CHILD_TASKS, SLEEPY_STEP).await;
@@ -410,7 +410,7 @@ async fn restart(dir: &Path) {
     );
     let db = dir.join("restart.db");
     let data = dir.join("data");
-    let mut server = child::Server::spawn(&db, &data).await;
+    let mut server = Server::spawn(&db, &data).await;
     let session = Session::open(server.url.clone()).await;
     start_tasks(&session, CHILD_TASKS, BRISK_STEP).await;
     let database = Database::open(&db).wait_stepping(CHILD_TASKS).await;
@@ -419,7 +419,7 @@ async fn restart(dir: &Path) {
     assert_eq!(before.len(), CHILD_TASKS, "unfinished tasks after the kill");
 
     let spawned = Instant::now();
-    let server = child::Server::start(&db, &data);
+    let server = Server::start(&db, &data);
     let recovered = tokio::task::spawn_blocking(move || {
         database.wait("every task stepping again", |db| {
             let now = db.steps();
@@ -692,144 +692,49 @@ mod ceiling {
     }
 }
 
-/// durable-mcp in a process of its own, so that its memory can be read and it can be killed:
-/// this bench binary, run again with `DURABLE_BENCH_ROLE=serve`, `DB` and `DATA` set.
-mod child {
-    use std::io::Write;
-    use std::path::{Path, PathBuf};
-    use std::process::Stdio;
+/// The ceiling in a process of its own, so that its memory can be read beside durable-mcp's.
+mod ceiling_process {
+    use std::path::Path;
 
-    use nix::sys::signal::{Signal, kill};
-    use nix::unistd::Pid;
-    use tokio::io::{AsyncBufReadExt, BufReader};
-    use tokio::process::ChildStdin;
-    use tokio_util::sync::CancellationToken;
+    use super::support::child::{self, Server};
 
-    use super::ROLE_VAR;
+    const CEILING: &str = "ceiling";
 
-    /// The child's side: serves durable-mcp (role `serve`) or the ceiling (role `ceiling`) on
-    /// `127.0.0.1:0` and prints the bound address on stdout.
-    pub fn main(role: &str) {
-        // A bench killed before it could kill this process closes its end of our stdin.
-        std::thread::spawn(|| {
-            let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
-            std::process::exit(1);
-        });
+    /// The child's side: serves the ceiling on `127.0.0.1:0` and prints the bound address.
+    fn main() {
+        child::exit_with_parent();
         let runtime = tokio::runtime::Runtime::new().unwrap();
         runtime.block_on(async {
-            if role == CEILING {
-                let served = super::ceiling::serve().await;
-                let address = served
+            let served = super::ceiling::serve().await;
+            child::announce(
+                served
                     .url
                     .trim_start_matches("http://")
-                    .trim_end_matches("/mcp");
-                println!("{address}");
-                return std::future::pending().await;
-            }
-            let var = |name| PathBuf::from(std::env::var_os(name).expect(name));
-            let mut config = super::support::config(&var("DB"), &var("DATA"));
-            // Task delays are given in real seconds. The running-task limit stays at its
-            // default: the tasks here mostly sleep, and a sleeping task lends its slot out.
-            config.time_scale = 1.0;
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let mut stdout = std::io::stdout();
-            writeln!(stdout, "{}", listener.local_addr().unwrap()).unwrap();
-            stdout.flush().unwrap();
-            durable_mcp_server::http::run(config, listener, CancellationToken::new())
-                .await
-                .unwrap();
+                    .trim_end_matches("/mcp"),
+            );
+            std::future::pending::<()>().await
         });
     }
 
-    pub const SERVE: &str = "serve";
-    pub const CEILING: &str = "ceiling";
-
-    /// A server process on its way up.
-    pub struct Starting(tokio::process::Child);
-
-    /// A server process that is listening.
-    pub struct Server {
-        pub url: String,
-        process: tokio::process::Child,
-        /// Held open for the process's life: it exits when this closes (see [`main`]).
-        _stdin: ChildStdin,
+    /// Runs this process's role, if it is a child: the ceiling, or durable-mcp.
+    pub fn run_role() -> bool {
+        match child::role().as_deref() {
+            Some(CEILING) => main(),
+            Some(_) => child::serve(),
+            None => return false,
+        }
+        true
     }
 
-    impl Server {
-        /// Starts a durable-mcp process on `db`; see [`Starting::listening`].
-        pub fn start(db: &Path, data: &Path) -> Starting {
-            Self::start_as(SERVE, db, data)
-        }
-
-        /// Starts the ceiling in a process of its own and waits until it listens.
-        pub async fn spawn_ceiling(dir: &Path) -> Server {
-            Self::start_as(CEILING, dir, dir).listening().await
-        }
-
-        fn start_as(role: &str, db: &Path, data: &Path) -> Starting {
-            let process = tokio::process::Command::new(std::env::current_exe().unwrap())
-                .env(ROLE_VAR, role)
-                .env("DB", db)
-                .env("DATA", data)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                // A bench that panics must not leave a server behind.
-                .kill_on_drop(true)
-                .spawn()
-                .expect("spawning the server process");
-            Starting(process)
-        }
-
-        /// Starts a server process on `db` and waits until it answers.
-        pub async fn spawn(db: &Path, data: &Path) -> Server {
-            let server = Server::start(db, data).listening().await;
-            let health = server.url.replace("/mcp", "/healthz");
-            let response = reqwest::get(health).await.unwrap();
-            assert!(response.status().is_success(), "server unhealthy");
-            server
-        }
-
-        /// Resident memory, from `/proc/<pid>/status`.
-        pub fn rss_mib(&self) -> f64 {
-            let pid = self.process.id().expect("server process running");
-            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-            let kib: f64 = status
-                .lines()
-                .find_map(|line| line.strip_prefix("VmRSS:"))
-                .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-                .expect("VmRSS in /proc status");
-            kib / 1024.0
-        }
-
-        /// SIGKILL: the process gets no chance to checkpoint or close anything.
-        pub async fn kill(&mut self) {
-            let pid = self.process.id().expect("server process running");
-            kill(Pid::from_raw(pid as i32), Signal::SIGKILL).unwrap();
-            self.process.wait().await.unwrap();
-        }
-    }
-
-    impl Starting {
-        /// Waits for the address the server prints once its listener is bound (it answers as
-        /// soon as it has opened its database and resumed its tasks).
-        pub async fn listening(mut self) -> Server {
-            let stdin = self.0.stdin.take().expect("server stdin");
-            let stdout = self.0.stdout.take().expect("server stdout");
-            let mut line = String::new();
-            BufReader::new(stdout).read_line(&mut line).await.unwrap();
-            assert!(!line.is_empty(), "server process exited before listening");
-            Server {
-                url: format!("http://{}/mcp", line.trim()),
-                process: self.0,
-                _stdin: stdin,
-            }
-        }
+    /// Starts the ceiling in a process of its own and waits until it listens.
+    pub async fn spawn(dir: &Path) -> Server {
+        Server::start_as(CEILING, dir, dir, &[]).listening().await
     }
 }
 
 fn main() {
-    if let Some(role) = std::env::var_os(ROLE_VAR) {
-        return child::main(&role.to_string_lossy());
+    if ceiling_process::run_role() {
+        return;
     }
     let dir = tempfile::tempdir().unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();

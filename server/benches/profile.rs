@@ -91,7 +91,7 @@ async fn all_finished(session: &Session) -> bool {
 /// holds, then reads them all through a GET with `Last-Event-ID`.
 async fn replay(db: &std::path::Path, session: &Session) {
     // A second handle on the same database plays the part of the server's own writes.
-    let writer = StreamStore::new(Store::open(db).unwrap(), CancellationToken::new());
+    let writer = StreamStore::new(Store::open(db).unwrap(), "bench", CancellationToken::new());
     let event = |n: usize| NewEvent {
         stream_id: format!("{}:common", session.session),
         session_id: Some(session.session.clone()),

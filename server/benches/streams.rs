@@ -102,7 +102,7 @@ async fn http_replay(dir: &std::path::Path) -> (f64, String, u64) {
     let session = client.session.clone();
 
     // A second handle on the same database plays the part of the server's own writes.
-    let writer = StreamStore::new(Store::open(&db).unwrap(), CancellationToken::new());
+    let writer = StreamStore::new(Store::open(&db).unwrap(), "bench", CancellationToken::new());
     let stream_id = format!("{session}:common");
     let first = writer
         .append(event(&stream_id, Some(&session), 0))
@@ -129,6 +129,7 @@ fn main() {
     let (one, many) = runtime.block_on(async {
         let streams = StreamStore::new(
             Store::open(&dir.path().join("streams.db")).unwrap(),
+            "bench",
             CancellationToken::new(),
         );
         (appends(&streams, 1).await, appends(&streams, STREAMS).await)

@@ -125,6 +125,69 @@ async fn the_standalone_stream_resumes_exactly_after_the_last_id_and_then_goes_l
     }
 }
 
+/// Calls whose handler is still waiting on their task, on the SQLite default (None on another
+/// database): the bindings a restarted server would relay.
+fn open_bindings(dir: &std::path::Path) -> Option<u64> {
+    let db = dir.join("tasks.db");
+    if !db.is_file() {
+        return None;
+    }
+    let connection =
+        rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    connection.busy_timeout(IO_TIMEOUT).unwrap();
+    let open = connection
+        .query_row(
+            "SELECT count(*) FROM call_bindings WHERE done = 0",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    Some(open)
+}
+
+/// A call its client cancels closes its binding as the handler goes, so that no restart relays
+/// an answer to it: the open bindings go from one back to none.
+#[tokio::test]
+async fn a_cancelled_call_leaves_no_binding_for_a_restart_to_answer() {
+    let (dir, server) = server(&["--time-scale", "0.2"]).await;
+    let Some(before) = open_bindings(dir.path()) else {
+        return; // the rows are counted on SQLite; the code path is the same on PostgreSQL
+    };
+    assert_eq!(before, 0);
+    let session = RawSession::open(&server.mcp_url(), V_NEW).await;
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "resumable_data_processing",
+        "arguments": {"dataset_name": "cancelled", "total_records": 400, "batch_size": 10,
+                      "client_id": "raw"},
+        "_meta": {"progressToken": "cancelled-call"}}});
+    let mut stream = Sse::new(session.post(call).await);
+    stream
+        .until(IO_TIMEOUT, |message| {
+            message["method"] == "notifications/progress"
+        })
+        .await;
+    assert_eq!(
+        open_bindings(dir.path()),
+        Some(1),
+        "the waiting call is bound"
+    );
+
+    let cancel = session
+        .post(
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                     "params": {"requestId": 7, "reason": "changed my mind"}}),
+        )
+        .await;
+    assert_eq!(cancel.status(), 202);
+    within(IO_TIMEOUT, "the cancelled call's binding to close", async {
+        while open_bindings(dir.path()) != Some(0) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_lost_tool_call_stream_delivers_missed_progress_and_the_result_once() {
     let (_dir, server) = server(&["--time-scale", "0.05"]).await;

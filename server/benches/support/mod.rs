@@ -1,5 +1,5 @@
-//! What the benchmarks need: the real server on `127.0.0.1:0` in-process, and an MCP session
-//! driven with plain HTTP.
+//! What the benchmarks need: the real server on `127.0.0.1:0` in-process or in a process of
+//! its own ([`child`]), and an MCP session driven with plain HTTP.
 
 use std::path::Path;
 use std::time::Duration;
@@ -9,6 +9,10 @@ use durable_mcp_server::config::Config;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+
+// Compiled into every bench, as is this whole module; only some run a server process.
+#[allow(dead_code)]
+pub mod child;
 
 /// A server running in this process.
 pub struct Served {
@@ -84,6 +88,11 @@ impl Session {
 
     /// Opens a session on `http`, so that many sessions can share one connection pool.
     pub async fn open_with(http: reqwest::Client, url: String) -> Session {
+        Session::try_open_with(http, url).await.unwrap()
+    }
+
+    /// Opens a session on `http`, or says why it could not.
+    pub async fn try_open_with(http: reqwest::Client, url: String) -> Result<Session, String> {
         let response = http
             .post(&url)
             .header("Accept", "application/json, text/event-stream")
@@ -94,17 +103,35 @@ impl Session {
             )
             .send()
             .await
-            .unwrap();
-        let session = response.headers()["mcp-session-id"]
-            .to_str()
-            .unwrap()
+            .map_err(|e| format!("initialize: {e}"))?;
+        let session = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|id| id.to_str().ok())
+            .ok_or_else(|| {
+                format!(
+                    "initialize answered {} without a session",
+                    response.status()
+                )
+            })?
             .to_owned();
-        response.text().await.unwrap();
+        response
+            .text()
+            .await
+            .map_err(|e| format!("initialize: {e}"))?;
         let session = Session { http, url, session };
         session
-            .post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-            .await;
-        session
+            .http
+            .post(&session.url)
+            .header("Accept", "application/json, text/event-stream")
+            .header("Mcp-Session-Id", &session.session)
+            .header("MCP-Protocol-Version", "2025-11-25")
+            .json(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .send()
+            .await
+            .and_then(|response| response.error_for_status())
+            .map_err(|e| format!("notifications/initialized: {e}"))?;
+        Ok(session)
     }
 
     pub async fn post(&self, body: Value) -> String {

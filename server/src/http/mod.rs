@@ -154,7 +154,7 @@ pub async fn app(config: &Config, shutdown: &CancellationToken) -> anyhow::Resul
         .await
         .context("starting the task engine")?;
     engine.spawn_retention(config.retention, config.retention_interval);
-    let streams = StreamStore::new(store.clone(), shutdown.child_token());
+    let streams = StreamStore::new(store.clone(), &config.node_id, shutdown.child_token());
     let sessions = Arc::new(session_manager(config, &streams));
     tokio::spawn(sweep_sessions(
         streams.clone(),
@@ -531,7 +531,11 @@ mod tests {
     async fn a_body_over_the_limit_gets_a_json_rpc_413_with_or_without_its_length() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("t.db")).unwrap();
-        let mut app = echo(StreamStore::new(store, CancellationToken::new()));
+        let mut app = echo(StreamStore::new(
+            store,
+            "test-node",
+            CancellationToken::new(),
+        ));
 
         let small = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
         let (status, body) = send(&mut app, Body::from(small), Some(small.len())).await;

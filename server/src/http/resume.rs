@@ -30,7 +30,7 @@ use futures::StreamExt;
 use serde_json::{Map, Value};
 
 use crate::mcp::error::ApiError;
-use crate::streams::{EventId, OpenStream, StreamStore, negotiated, wants_priming};
+use crate::streams::{CallId, EventId, OpenStream, StreamStore, negotiated, wants_priming};
 use crate::streams::{NewEvent, StoreError};
 
 const SESSION_HEADER: &str = "mcp-session-id";
@@ -56,7 +56,11 @@ fn header_str<'a>(request: &'a Request, name: &str) -> Option<&'a str> {
         .and_then(|value| value.to_str().ok())
 }
 
-pub async fn resumable(State(state): State<ResumeState>, request: Request, next: Next) -> Response {
+pub async fn resumable(
+    State(state): State<ResumeState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     let session = header_str(&request, SESSION_HEADER).map(str::to_owned);
     let method = request.method().clone();
     // Not `header_str`: a Last-Event-ID that is not visible ASCII must be refused as malformed
@@ -107,6 +111,16 @@ pub async fn resumable(State(state): State<ResumeState>, request: Request, next:
     }
 
     let fresh_get = method == Method::GET && last_event_id.is_none();
+    // A POST on a session: its handler's call binding, if it makes one, takes this id, and
+    // the stream of its answer records it (see [`CallId`]).
+    let bind_session = match (session.clone(), version) {
+        (Some(session), Some(_)) if method == Method::POST => {
+            let call_id = CallId::random();
+            request.extensions_mut().insert(call_id.clone());
+            Some((session, call_id))
+        }
+        _ => None,
+    };
     let mut response = next.run(request).await;
     *response.status_mut() = answered_status(&method, response.status());
     let is_sse = response
@@ -122,9 +136,7 @@ pub async fn resumable(State(state): State<ResumeState>, request: Request, next:
         buffer: BytesMut::new(),
         priming,
         held: None,
-        bind_session: session
-            .clone()
-            .filter(|_| method == Method::POST && version.is_some()),
+        bind_session,
         stamp_priming: match (&session, fresh_get) {
             (Some(session), true) if priming == Priming::Keep => Some(session.clone()),
             _ => None,
@@ -389,8 +401,8 @@ struct Rewriter {
     buffer: BytesMut,
     priming: Priming,
     held: Option<Bytes>,
-    /// Record the first event id's stream as this session's.
-    bind_session: Option<String>,
+    /// Record the first event id's stream as this session's, answering the call with this id.
+    bind_session: Option<(String, CallId)>,
     /// Give the standalone stream's first priming event a stored id on this session's stream.
     stamp_priming: Option<String>,
     sse_retry: Duration,
@@ -448,9 +460,13 @@ impl Rewriter {
             // A comment (keep-alive).
             return Some(event);
         };
-        if let (Some(session), Some(id)) = (self.bind_session.take(), parsed.id.as_deref())
+        if let (Some((session, call_id)), Some(id)) =
+            (self.bind_session.take(), parsed.id.as_deref())
             && let Ok(id) = id.parse::<EventId>()
-            && let Err(e) = self.streams.bind_stream_session(&id.token, &session).await
+            && let Err(e) = self
+                .streams
+                .bind_stream_session(&id.token, &session, &call_id)
+                .await
         {
             tracing::error!(error = %e, "cannot record the session of a stream");
         }
@@ -761,11 +777,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = crate::store::Store::open(&dir.path().join("t.db")).unwrap();
         let mut rewriter = Rewriter {
-            streams: StreamStore::new(store, tokio_util::sync::CancellationToken::new()),
+            streams: StreamStore::new(
+                store,
+                "test-node",
+                tokio_util::sync::CancellationToken::new(),
+            ),
             buffer: BytesMut::new(),
             priming: Priming::Keep,
             held: None,
-            bind_session: Some("s1".into()),
+            bind_session: Some(("s1".into(), CallId::random())),
             stamp_priming: None,
             sse_retry: Duration::from_secs(3),
             added_capabilities: Default::default(),
@@ -797,7 +817,11 @@ mod tests {
 
         let dir = tempfile::tempdir().unwrap();
         let store = crate::store::Store::open(&dir.path().join("t.db")).unwrap();
-        let streams = StreamStore::new(store, tokio_util::sync::CancellationToken::new());
+        let streams = StreamStore::new(
+            store,
+            "test-node",
+            tokio_util::sync::CancellationToken::new(),
+        );
         let initialize: rmcp::model::InitializeRequestParams = serde_json::from_value(json!({
             "protocolVersion": "2025-11-25", "capabilities": {},
             "clientInfo": {"name": "test", "version": "1"}}))

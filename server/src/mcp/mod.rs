@@ -592,7 +592,7 @@ mod tests {
             )
             .await
             .unwrap();
-        let streams = StreamStore::new(store, shutdown.clone());
+        let streams = StreamStore::new(store, "test-node", shutdown.clone());
         let ttl = TaskTtl {
             default: Duration::from_secs(60),
             max: Duration::from_secs(60),

@@ -3,8 +3,9 @@
 //! exactly one process, in the store, before it is relayed.
 //!
 //! `resumable_data_processing` records a binding (task, session, request id, progress token)
-//! when it starts waiting on a task, and its first progress notification tells the event store
-//! which stream the call answers on. If the process dies, the task resumes at the next start
+//! when it starts waiting on a task; the stream the call answers on carries the binding's id
+//! from its first event on (see [`crate::streams::CallId`]), and the first progress
+//! notification links the two as well. If the process dies, the task resumes at the next start
 //! but the handler does not: the relay takes its place, writing the task's further progress and
 //! finally the exact response the handler would have sent into the call's stored stream. A
 //! client that resumes that stream with `Last-Event-ID` receives them like any other events.
@@ -106,8 +107,9 @@ async fn relay_until_answered(
     binding: &CallBinding,
 ) -> Result<(), RelayError> {
     let Some(stream_id) = binding.stream_id.clone() else {
-        // The call died before its first progress notification was stored: no client can
-        // have a resumption token for it, and calling again attaches to the task.
+        // The call died before its stream's first event went out (which records the call's
+        // id on the stream): no client can have a resumption token for it, and calling again
+        // attaches to the task.
         streams.finish_binding(&binding.id).await?;
         return Ok(());
     };

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::DurableServer;
 use super::error::ApiError;
 use crate::engine::{EngineError, KindInfo};
-use crate::streams::{BINDING_META_KEY, CallBinding, StreamStore};
+use crate::streams::{BINDING_META_KEY, CallBinding, CallId, StreamStore};
 
 /// Tasks `list_session_tasks` returns at most, newest first.
 const SESSION_TASK_LIMIT: usize = 200;
@@ -358,8 +358,16 @@ impl DurableServer {
         ctx: &RequestContext<RoleServer>,
         token: &ProgressToken,
     ) -> Result<OpenCall, McpError> {
+        // The id the HTTP layer recorded on this call's stream, so that a restart finds the
+        // stream even before the first progress notification links it.
+        let id = ctx
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<CallId>())
+            .cloned()
+            .unwrap_or_else(CallId::random);
         let binding = CallBinding {
-            id: uuid::Uuid::new_v4().to_string(),
+            id: id.0,
             task_id: task_id.to_owned(),
             session_id,
             request_id: serde_json::to_string(&ctx.id).expect("request id serializes"),

@@ -276,9 +276,15 @@ pub trait StreamRepo: Send + Sync {
     /// stream's token and the event's seq.
     async fn append_event(&self, event: NewEvent) -> Result<(String, u64), StoreError>;
 
-    /// Records that `session_id` received the stream `token`. Returns whether the stream is
-    /// that session's: false if it belongs to another, or does not exist.
-    async fn bind_stream_session(&self, token: &str, session_id: &str) -> Result<bool, StoreError>;
+    /// Records that `session_id` received the stream `token`, a POST's answer whose handler's
+    /// call binding, if it makes one, has id `call_id`. Returns whether the stream is that
+    /// session's: false if it belongs to another, or does not exist.
+    async fn bind_stream_session(
+        &self,
+        token: &str,
+        session_id: &str,
+        call_id: &str,
+    ) -> Result<bool, StoreError>;
 
     async fn stream_info(&self, token: &str) -> Result<Option<StreamInfo>, StoreError>;
 
@@ -308,8 +314,10 @@ pub trait StreamRepo: Send + Sync {
     async fn adopt_orphaned_bindings(&self, instance: &str)
     -> Result<Vec<CallBinding>, StoreError>;
 
-    /// Announces that process `instance` is alive for `ttl` more (see
-    /// [`StreamRepo::adopt_orphaned_bindings`]).
+    /// Announces that process `instance` (`{node}/{uuid}`) is alive for `ttl` more (see
+    /// [`StreamRepo::adopt_orphaned_bindings`]), and that the earlier processes of its node
+    /// are dead: a node id names one process at a time, so a node restarted under its id
+    /// finishes its predecessor's calls at once instead of after their announcement lapses.
     async fn keep_alive(&self, instance: &str, ttl: Duration) -> Result<(), StoreError>;
 
     /// Marks the binding's call as answered.

@@ -435,10 +435,10 @@ contract! {
     /// A stream belongs to the first session it is bound to; another session never gets it.
     async fn a_stream_is_bound_to_one_session(fx) {
         let (token, _) = fx.store.append_event(event("s", "m")).await.unwrap();
-        assert!(fx.store.bind_stream_session(&token, "a").await.unwrap());
-        assert!(fx.store.bind_stream_session(&token, "a").await.unwrap());
-        assert!(!fx.store.bind_stream_session(&token, "b").await.unwrap());
-        assert!(!fx.store.bind_stream_session("unknown", "a").await.unwrap());
+        assert!(fx.store.bind_stream_session(&token, "a", "c1").await.unwrap());
+        assert!(fx.store.bind_stream_session(&token, "a", "c2").await.unwrap());
+        assert!(!fx.store.bind_stream_session(&token, "b", "c3").await.unwrap());
+        assert!(!fx.store.bind_stream_session("unknown", "a", "c4").await.unwrap());
         let mut last = event("s", "done");
         last.finishes = true;
         fx.store.append_event(last).await.unwrap();
@@ -609,6 +609,62 @@ contract! {
                 .iter()
                 .all(|b| b.id != "of-the-dead"),
             "an answered call is nobody's to finish"
+        );
+    }
+}
+
+contract! {
+    /// A node restarted under its id announces its earlier process dead: that process's calls
+    /// are adopted at once, while another live node's are left to it.
+    async fn a_restarted_node_adopts_its_predecessors_calls_at_once(fx) {
+        let store = fx.with_tasks(&["t"]).await;
+        let long = std::time::Duration::from_secs(600);
+        store.keep_alive("n1/killed", long).await.unwrap();
+        store.keep_alive("n10/alive", long).await.unwrap();
+        store.insert_binding(binding("of-the-killed"), "n1/killed").await.unwrap();
+        store.insert_binding(binding("of-another-node"), "n10/alive").await.unwrap();
+        store.keep_alive("n1/restarted", long).await.unwrap();
+        let adopted: Vec<String> = store
+            .adopt_orphaned_bindings("n1/restarted")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|b| b.id)
+            .collect();
+        let expected: &[&str] = match store.changes() {
+            // One process per file: every earlier one is dead.
+            None => &["of-another-node", "of-the-killed"],
+            Some(_) => &["of-the-killed"],
+        };
+        let mut adopted = adopted;
+        adopted.sort();
+        assert_eq!(adopted, expected);
+    }
+}
+
+contract! {
+    /// A call that died after its stream's priming event went out, before its first progress
+    /// notification linked binding and stream, is still adopted with its stream: its client
+    /// may resume from the priming event.
+    async fn a_call_that_died_before_its_first_progress_is_adopted_with_its_stream(fx) {
+        let store = fx.with_tasks(&["t"]).await;
+        let mut priming = event("post-stream", "");
+        priming.message = None;
+        let (token, _) = store.append_event(priming).await.unwrap();
+        assert!(store.bind_stream_session(&token, "s", "the-call").await.unwrap());
+        store.insert_binding(binding("the-call"), "dead").await.unwrap();
+        store.insert_binding(binding("streamless"), "dead").await.unwrap();
+        let mut adopted: Vec<(String, Option<String>)> = store
+            .adopt_orphaned_bindings("restarted")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|b| (b.id, b.stream_id))
+            .collect();
+        adopted.sort();
+        assert_eq!(
+            adopted,
+            [("streamless".into(), None), ("the-call".into(), Some("post-stream".into()))]
         );
     }
 }

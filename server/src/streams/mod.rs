@@ -60,6 +60,20 @@ pub fn wants_priming(version: &str) -> bool {
     version >= ProtocolVersion::V_2025_11_25.as_str()
 }
 
+/// The id a POST's call binding takes, chosen by the HTTP layer (which puts it in the request's
+/// extensions) and recorded on the POST's stream before its first event, the priming one, goes
+/// out. A client holding only that event's id can then still be answered after a crash: a
+/// restarted server finds the stream of a call that died before its first progress
+/// notification (which links binding and stream otherwise) by this id.
+#[derive(Debug, Clone)]
+pub struct CallId(pub String);
+
+impl CallId {
+    pub fn random() -> CallId {
+        CallId(uuid::Uuid::new_v4().to_string())
+    }
+}
+
 /// The event and session store, on the server's database. Cheap to clone.
 #[derive(Clone)]
 pub struct StreamStore {
@@ -77,13 +91,14 @@ struct Inner {
     /// Sessions that made a request since the last sweep.
     seen: Mutex<HashSet<String>>,
     /// Names this process in call bindings, so a restarted server knows which calls lost their
-    /// handler.
+    /// handler: `{node}/{uuid}`, so that a node restarted under its id can tell its own earlier
+    /// processes, which are dead, from other nodes' (see [`Store::keep_alive`]).
     instance: String,
     shutdown: CancellationToken,
 }
 
 impl StreamStore {
-    pub fn new(store: Store, shutdown: CancellationToken) -> Self {
+    pub fn new(store: Store, node: &str, shutdown: CancellationToken) -> Self {
         let changes = store.changes();
         let streams = StreamStore {
             inner: Arc::new(Inner {
@@ -92,7 +107,7 @@ impl StreamStore {
                 sessions: Mutex::default(),
                 open_streams: Mutex::default(),
                 seen: Mutex::default(),
-                instance: uuid::Uuid::new_v4().to_string(),
+                instance: format!("{node}/{}", uuid::Uuid::new_v4()),
                 shutdown,
             }),
         };
@@ -160,16 +175,18 @@ impl StreamStore {
         self.inner.store.event_exists(token, seq).await
     }
 
-    /// Records which session received the stream with `token` (once; later calls change
-    /// nothing and answer `false`).
+    /// Records which session received the stream with `token`, and the id of the call
+    /// binding its POST's handler may make (once; later calls change nothing and answer
+    /// `false`).
     pub async fn bind_stream_session(
         &self,
         token: &str,
         session_id: &str,
+        call_id: &CallId,
     ) -> Result<bool, StoreError> {
         self.inner
             .store
-            .bind_stream_session(token, session_id)
+            .bind_stream_session(token, session_id, &call_id.0)
             .await
     }
 
@@ -718,6 +735,49 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// An event the store refuses (here a second answer on an ended stream; in production a
+    /// full or unreachable database) still goes out, under an id of no stream: rmcp would drop
+    /// the message and leave its request unanswered.
+    #[tokio::test]
+    async fn an_event_that_cannot_be_stored_goes_out_under_an_id_no_stream_has() {
+        let dir = tempfile::tempdir().unwrap();
+        let database = crate::store::Database::Sqlite(dir.path().join("t.db"));
+        let store = Store::connect(&database, "test-node").await.unwrap();
+        let streams = StreamStore::new(store, "test-node", CancellationToken::new());
+        let answer = |id: u64| {
+            let message = serde_json::from_value(json!({"jsonrpc": "2.0", "id": id, "result": {}}));
+            ServerSseMessage::new("", message.unwrap())
+        };
+        let stored: EventId = streams
+            .store_event("s", &answer(1))
+            .await
+            .unwrap()
+            .parse()
+            .unwrap();
+        let unstored: EventId = streams
+            .store_event("s", &answer(2))
+            .await
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_ne!(unstored.token, stored.token);
+        assert!(streams.stream_info(&stored.token).await.unwrap().is_some());
+        assert!(
+            streams
+                .stream_info(&unstored.token)
+                .await
+                .unwrap()
+                .is_none(),
+            "a resumption from the unstored event is refused as unknown"
+        );
+        assert!(
+            !streams
+                .event_exists(&stored.token, stored.seq + 1)
+                .await
+                .unwrap()
+        );
+    }
 
     /// Each kind of stored message is sent again as stored, fields rmcp does not model included,
     /// and only a response or an error ends its stream.

@@ -132,6 +132,10 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX streams_by_age ON streams (created_at);
     CREATE INDEX call_bindings_finished ON call_bindings (created_at) WHERE done;
     "#,
+    // 4: as SQLite's version 7: the call binding a POST's stream answers.
+    r#"
+    ALTER TABLE streams ADD COLUMN call_id TEXT;
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -118,11 +118,17 @@ impl StreamRepo for Postgres {
         })
     }
 
-    async fn bind_stream_session(&self, token: &str, session_id: &str) -> Result<bool, StoreError> {
+    async fn bind_stream_session(
+        &self,
+        token: &str,
+        session_id: &str,
+        call_id: &str,
+    ) -> Result<bool, StoreError> {
         let claimed = self
             .execute(
-                "UPDATE streams SET session_id = $2 WHERE token = $1 AND session_id IS NULL",
-                &[&token, &session_id],
+                "UPDATE streams SET session_id = $2, call_id = $3 \
+                 WHERE token = $1 AND session_id IS NULL",
+                &[&token, &session_id, &call_id],
             )
             .await?;
         if claimed > 0 {
@@ -244,7 +250,8 @@ impl StreamRepo for Postgres {
              AND NOT EXISTS (SELECT 1 FROM instances i \
                WHERE i.id = b.instance AND i.expires_at >= durable_now_ms()) \
              RETURNING b.id, b.task_id, b.session_id, b.request_id, b.progress_token, \
-             (SELECT stream_id FROM streams s WHERE s.token = b.stream_token)",
+             coalesce((SELECT stream_id FROM streams s WHERE s.token = b.stream_token), \
+                      (SELECT stream_id FROM streams s WHERE s.call_id = b.id))",
             &[&instance],
             read_binding,
         )
@@ -259,6 +266,13 @@ impl StreamRepo for Postgres {
             &[&instance, &ttl_ms],
         )
         .await?;
+        if let Some((node, _)) = instance.split_once('/') {
+            self.execute(
+                "DELETE FROM instances WHERE starts_with(id, $1) AND id != $2",
+                &[&format!("{node}/"), &instance],
+            )
+            .await?;
+        }
         // Instances that stopped a day ago have no open binding left to prove dead.
         self.execute(
             "DELETE FROM instances WHERE expires_at < durable_now_ms() - 86400000",

@@ -131,6 +131,12 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX streams_by_age ON streams (created_at);
     CREATE INDEX call_bindings_finished ON call_bindings (created_at) WHERE done;
     "#,
+    // 7: the call binding a POST's stream answers, known before the call's first progress
+    // notification. Unindexed: it is looked up only when a restart adopts a call that died in
+    // that moment, and an index would cost every POST a write.
+    r#"
+    ALTER TABLE streams ADD COLUMN call_id TEXT;
+    "#,
 ];
 
 /// The schema version this binary writes.

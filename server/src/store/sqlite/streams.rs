@@ -79,8 +79,14 @@ impl StreamRepo for Sqlite {
     }
 
     /// Records which session received the stream `token`; false if another session did.
-    async fn bind_stream_session(&self, token: &str, session_id: &str) -> Result<bool, StoreError> {
-        let (token, session_id) = (token.to_owned(), session_id.to_owned());
+    async fn bind_stream_session(
+        &self,
+        token: &str,
+        session_id: &str,
+        call_id: &str,
+    ) -> Result<bool, StoreError> {
+        let (token, session_id, call_id) =
+            (token.to_owned(), session_id.to_owned(), call_id.to_owned());
         self.write(move |conn| {
             let owner: Option<Option<String>> = conn
                 .prepare_cached("SELECT session_id FROM streams WHERE token = ?1")?
@@ -89,8 +95,10 @@ impl StreamRepo for Sqlite {
             Ok(match owner {
                 Some(Some(owner)) => owner == session_id,
                 Some(None) => {
-                    conn.prepare_cached("UPDATE streams SET session_id = ?2 WHERE token = ?1")?
-                        .execute(params![token, session_id])?;
+                    conn.prepare_cached(
+                        "UPDATE streams SET session_id = ?2, call_id = ?3 WHERE token = ?1",
+                    )?
+                    .execute(params![token, session_id, call_id])?;
                     true
                 }
                 None => false,
@@ -218,7 +226,8 @@ impl StreamRepo for Sqlite {
             let mut stmt = conn.prepare_cached(
                 "UPDATE call_bindings SET instance = ?1 WHERE done = 0 AND instance != ?1 \
                  RETURNING id, task_id, session_id, request_id, progress_token, \
-                 (SELECT stream_id FROM streams WHERE token = stream_token)",
+                 coalesce((SELECT stream_id FROM streams WHERE token = stream_token), \
+                          (SELECT stream_id FROM streams WHERE call_id = call_bindings.id))",
             )?;
             let rows = stmt.query_map([instance], |row| {
                 Ok(CallBinding {
