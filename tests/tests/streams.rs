@@ -150,7 +150,9 @@ fn open_bindings(dir: &std::path::Path) -> Option<u64> {
 /// an answer to it: the open bindings go from one back to none.
 #[tokio::test]
 async fn a_cancelled_call_leaves_no_binding_for_a_restart_to_answer() {
-    let (dir, server) = server(&["--time-scale", "0.2"]).await;
+    // A second a batch, 40 batches: the task outlasts the wait below, so only the cancel can
+    // close the binding in time, not the task's end.
+    let (dir, server) = server(&["--time-scale", "1"]).await;
     let Some(before) = open_bindings(dir.path()) else {
         return; // the rows are counted on SQLite; the code path is the same on PostgreSQL
     };
@@ -186,6 +188,17 @@ async fn a_cancelled_call_leaves_no_binding_for_a_restart_to_answer() {
         }
     })
     .await;
+    let stats = session
+        .call(
+            2,
+            "tools/call",
+            json!({"name": "get_server_stats", "arguments": {}}),
+        )
+        .await;
+    assert_eq!(
+        stats["structuredContent"]["completed_tasks"], 0,
+        "the task goes on: only the call was cancelled"
+    );
 }
 
 #[tokio::test]
