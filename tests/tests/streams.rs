@@ -125,6 +125,25 @@ async fn the_standalone_stream_resumes_exactly_after_the_last_id_and_then_goes_l
     }
 }
 
+/// After a restart, a client with several requests in flight sends them at once on its
+/// session, which the new process has to restore first: every one is answered (none reaches
+/// the session half-restored, which ended it with a 500 for all).
+#[tokio::test]
+async fn concurrent_first_requests_of_a_restored_session_are_all_answered() {
+    let (_dir, mut server) = server(&[]).await;
+    let session = RawSession::open(&server.mcp_url(), V_NEW).await;
+    for restart in 0..3 {
+        server.kill9().await;
+        server.restart().await;
+        let session = session.reconnected();
+        let answers =
+            futures::future::join_all((1..=16).map(|id| session.try_answer(id, "ping", json!({}))))
+                .await;
+        let refused: Vec<u16> = answers.iter().filter_map(|a| a.clone().err()).collect();
+        assert!(refused.is_empty(), "restart {restart}: refused {refused:?}");
+    }
+}
+
 /// Calls whose handler is still waiting on their task, on the SQLite default (None on another
 /// database): the bindings a restarted server would relay.
 fn open_bindings(dir: &std::path::Path) -> Option<u64> {

@@ -121,7 +121,19 @@ pub async fn resumable(
         }
         _ => None,
     };
+    // A stored session's first request in this process runs alone (see
+    // [`StreamStore::serving_gate`]).
+    let mut first_request = None;
+    if let (Some(session), Some(_)) = (&session, version) {
+        let gate = state.streams.serving_gate(session).lock_owned().await;
+        if !*gate {
+            first_request = Some(gate);
+        }
+    }
     let mut response = next.run(request).await;
+    if let Some(mut served) = first_request {
+        *served = response.status().is_success();
+    }
     *response.status_mut() = answered_status(&method, response.status());
     let is_sse = response
         .headers()

@@ -90,6 +90,9 @@ struct Inner {
     open_streams: Mutex<HashMap<String, usize>>,
     /// Sessions that made a request since the last sweep.
     seen: Mutex<HashSet<String>>,
+    /// Per known session, whether rmcp serves it in this process yet (see
+    /// [`StreamStore::serving_gate`]).
+    serving: Mutex<HashMap<String, Arc<tokio::sync::Mutex<bool>>>>,
     /// Names this process in call bindings, so a restarted server knows which calls lost their
     /// handler: `{node}/{uuid}`, so that a node restarted under its id can tell its own earlier
     /// processes, which are dead, from other nodes' (see [`Store::keep_alive`]).
@@ -107,6 +110,7 @@ impl StreamStore {
                 sessions: Mutex::default(),
                 open_streams: Mutex::default(),
                 seen: Mutex::default(),
+                serving: Mutex::default(),
                 instance: format!("{node}/{}", uuid::Uuid::new_v4()),
                 shutdown,
             }),
@@ -355,6 +359,35 @@ impl StreamStore {
         profile
     }
 
+    /// The gate of stored session `session_id`'s requests in this process. rmcp restores a
+    /// stored session on its first request after a restart, and a second request arriving
+    /// meanwhile reaches the half-restored session before its replayed `initialize`, which
+    /// ends it (both get 500). So a session's first request here runs alone: it holds the
+    /// gate's lock until its answer starts, and marks the session served if that succeeded.
+    pub fn serving_gate(&self, session_id: &str) -> Arc<tokio::sync::Mutex<bool>> {
+        self.inner
+            .serving
+            .lock()
+            .expect("serving lock")
+            .entry(session_id.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    /// Forgets what this process knew of a session that ended.
+    fn forget(&self, session_id: &str) {
+        self.inner
+            .sessions
+            .lock()
+            .expect("sessions lock")
+            .remove(session_id);
+        self.inner
+            .serving
+            .lock()
+            .expect("serving lock")
+            .remove(session_id);
+    }
+
     /// Notes that a session made a request; the next sweep refreshes its last-seen time.
     pub fn saw(&self, session_id: &str) {
         self.inner
@@ -405,11 +438,7 @@ impl StreamStore {
         let mut expired = Vec::new();
         for id in store.idle_sessions(now - ttl.as_millis() as i64).await? {
             if !open.contains(&id) && store.delete_session(&id).await? {
-                self.inner
-                    .sessions
-                    .lock()
-                    .expect("sessions lock")
-                    .remove(&id);
+                self.forget(&id);
                 expired.push(id);
             }
         }
@@ -720,11 +749,7 @@ impl SessionStore for StreamStore {
     }
 
     async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
-        self.inner
-            .sessions
-            .lock()
-            .expect("sessions lock")
-            .remove(session_id);
+        self.forget(session_id);
         self.inner.store.delete_session(session_id).await?;
         Ok(())
     }
