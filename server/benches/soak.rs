@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use durable_shared::sse::SseEvent;
+use durable_shared::sse::{SseEvent, take_event};
 use futures::StreamExt;
 use rand::Rng;
 use rusqlite::{Connection, OpenFlags};
@@ -124,17 +124,8 @@ impl Target {
         generation: u64,
         body: &Value,
     ) -> Outcome<reqwest::Response> {
-        let sent = session
-            .http
-            .post(&self.url)
-            .timeout(REQUEST_DEADLINE)
-            .header("Accept", "application/json, text/event-stream")
-            .header("Mcp-Session-Id", &session.session)
-            .header("MCP-Protocol-Version", "2025-11-25")
-            .json(body)
-            .send()
-            .await;
-        self.checked(generation, sent)
+        let request = session.http.post(&self.url).json(body);
+        self.send(session, generation, request).await
     }
 
     /// Resumes the stream that event `last_event_id` was on.
@@ -144,24 +135,27 @@ impl Target {
         generation: u64,
         last_event_id: &str,
     ) -> Outcome<reqwest::Response> {
-        let sent = session
+        let request = session
             .http
             .get(&self.url)
-            .timeout(REQUEST_DEADLINE)
-            .header("Accept", "text/event-stream")
-            .header("Mcp-Session-Id", &session.session)
-            .header("MCP-Protocol-Version", "2025-11-25")
-            .header("Last-Event-ID", last_event_id)
-            .send()
-            .await;
-        self.checked(generation, sent)
+            .header("Last-Event-ID", last_event_id);
+        self.send(session, generation, request).await
     }
 
-    fn checked(
+    /// Sends `request` on `session`, within `REQUEST_DEADLINE`, and checks its status.
+    async fn send(
         &self,
+        session: &Session,
         generation: u64,
-        sent: reqwest::Result<reqwest::Response>,
+        request: reqwest::RequestBuilder,
     ) -> Outcome<reqwest::Response> {
+        let sent = request
+            .timeout(REQUEST_DEADLINE)
+            .header("Accept", "application/json, text/event-stream")
+            .header("Mcp-Session-Id", &session.session)
+            .header("MCP-Protocol-Version", "2025-11-25")
+            .send()
+            .await;
         let response =
             sent.map_err(|e| self.explain(generation, format!("request failed: {e}")))?;
         let status = response.status();
@@ -197,10 +191,8 @@ impl Events {
     /// The next JSON-RPC message, or None at the end of the stream (clean or cut).
     async fn next_message(&mut self) -> Option<Value> {
         loop {
-            while let Some(end) = self.pending.windows(2).position(|w| w == b"\n\n") {
-                let raw = String::from_utf8_lossy(&self.pending[..end]).into_owned();
-                self.pending.drain(..end + 2);
-                let Some(event) = SseEvent::parse(&raw) else {
+            while let Some(raw) = take_event(&mut self.pending) {
+                let Some(event) = SseEvent::parse(&String::from_utf8_lossy(&raw)) else {
                     continue;
                 };
                 if let Some(id) = &event.id {
@@ -226,9 +218,7 @@ impl Events {
             }
         }
     }
-}
 
-impl Events {
     /// The answer (the message with an id), skipping notifications before it.
     async fn answer(&mut self) -> Option<Value> {
         loop {
@@ -457,20 +447,14 @@ impl Soak {
         let mut events = Events::new(response);
         let read = tokio::time::timeout(REQUEST_DEADLINE, async {
             while let Some(message) = events.next_message().await {
-                if events.last_id.is_some() {
-                    last_id.clone_from(&events.last_id);
-                }
                 if message.get("id").is_some() {
                     return Ok(Some(message));
                 }
-                if *drop_early && last_id.is_some() {
+                if *drop_early && events.last_id.is_some() {
                     *drop_early = false;
                     self.tally.dropped.fetch_add(1, Ordering::Relaxed);
                     return Ok(None);
                 }
-            }
-            if events.last_id.is_some() {
-                last_id.clone_from(&events.last_id);
             }
             let wrong = format!(
                 "the stream ({}) {} before the answer, after events {:?}",
@@ -483,7 +467,11 @@ impl Soak {
             );
             Err(self.target.explain(generation, wrong))
         });
-        read.await.unwrap_or_else(|_| {
+        let read = read.await;
+        if events.last_id.is_some() {
+            *last_id = events.last_id;
+        }
+        read.unwrap_or_else(|_| {
             Err(Fault::Wrong(format!(
                 "no answer within {REQUEST_DEADLINE:?}"
             )))
@@ -515,6 +503,19 @@ impl Soak {
             started[rand::rng().random_range(0..started.len())].clone()
         };
         self.task(session, &task_id).await.map(|_| ())
+    }
+
+    /// The status of `task_id` once it has ended, or as it is at `deadline`.
+    async fn ended(&self, task_id: &str, deadline: Instant) -> Result<Value, String> {
+        loop {
+            let task = self.task(&self.sessions[0], task_id).await?;
+            let ended = ["completed", "failed", "cancelled"]
+                .contains(&task["status"].as_str().unwrap_or(""));
+            if ended || Instant::now() >= deadline {
+                return Ok(task);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// The status of `task_id`.
@@ -685,16 +686,15 @@ async fn run(dir: &Path) {
     }
     baseline.start_batch(&baseline.sessions[0]).await.unwrap();
     let baseline_task = baseline.started.lock().unwrap().pop().unwrap();
-    let expected_digest = loop {
-        let task = baseline
-            .task(&baseline.sessions[0], &baseline_task)
-            .await
-            .unwrap();
-        if task["status"] == "completed" {
-            break task["result_data"]["digest"].as_str().unwrap().to_owned();
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let baseline_task = baseline
+        .ended(&baseline_task, Instant::now() + SETTLE)
+        .await
+        .unwrap();
+    assert_eq!(baseline_task["status"], "completed", "{baseline_task}");
+    let expected_digest = baseline_task["result_data"]["digest"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let soak = Arc::new(Soak {
         expected_sums,
         expected_digest,
@@ -733,35 +733,33 @@ async fn run(dir: &Path) {
     // Every task started, in the end completed with the uninterrupted run's result.
     let started_tasks = soak.started.lock().unwrap().clone();
     let settle = Instant::now() + SETTLE;
-    let mut lost = Vec::new();
-    for task_id in &started_tasks {
-        loop {
-            match soak.task(&soak.sessions[0], task_id).await {
-                Ok(task) if task["status"] == "completed" => {
-                    if task["result_data"]["digest"] != soak.expected_digest.as_str() {
-                        lost.push(format!("{task_id}: a different digest"));
+    let lost: Vec<String> = futures::stream::iter(&started_tasks)
+        .map(|task_id| {
+            let soak = &soak;
+            async move {
+                match soak.ended(task_id, settle).await {
+                    Ok(task) if task["status"] != "completed" => {
+                        Some(format!("{task_id}: {}", task["status"]))
                     }
-                    break;
-                }
-                Ok(task) if Instant::now() < settle && task["status"] != "failed" => {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Ok(task) => {
-                    lost.push(format!("{task_id}: {}", task["status"]));
-                    break;
-                }
-                Err(e) => {
-                    lost.push(format!("{task_id}: {e}"));
-                    break;
+                    Ok(task) if task["result_data"]["digest"] != soak.expected_digest.as_str() => {
+                        Some(format!("{task_id}: a different digest"))
+                    }
+                    Ok(_) => None,
+                    Err(e) => Some(format!("{task_id}: {e}")),
                 }
             }
-        }
-    }
+        })
+        .buffer_unordered(SESSIONS)
+        .filter_map(std::future::ready)
+        .collect()
+        .await;
     // Any task still unfinished in the database (started by a request a kill cut before its
     // answer came, say) has been left behind.
-    let settle_left = settle.saturating_duration_since(Instant::now());
-    tokio::time::sleep(settle_left.min(Duration::from_secs(5))).await;
-    let left = unfinished(&db);
+    let mut left = unfinished(&db);
+    while !left.is_empty() && Instant::now() < settle {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        left = unfinished(&db);
+    }
 
     let tally = &soak.tally;
     let done = tally.operations.load(Ordering::Relaxed) - before;

@@ -624,7 +624,7 @@ contract! {
         store.insert_binding(binding("of-the-killed"), "n1/killed").await.unwrap();
         store.insert_binding(binding("of-another-node"), "n10/alive").await.unwrap();
         store.keep_alive("n1/restarted", long).await.unwrap();
-        let adopted: Vec<String> = store
+        let mut adopted: Vec<String> = store
             .adopt_orphaned_bindings("n1/restarted")
             .await
             .unwrap()
@@ -636,7 +636,6 @@ contract! {
             None => &["of-another-node", "of-the-killed"],
             Some(_) => &["of-the-killed"],
         };
-        let mut adopted = adopted;
         adopted.sort();
         assert_eq!(adopted, expected);
     }

@@ -365,13 +365,12 @@ impl StreamStore {
     /// ends it (both get 500). So a session's first request here runs alone: it holds the
     /// gate's lock until its answer starts, and marks the session served if that succeeded.
     pub fn serving_gate(&self, session_id: &str) -> Arc<tokio::sync::Mutex<bool>> {
-        self.inner
-            .serving
-            .lock()
-            .expect("serving lock")
-            .entry(session_id.to_owned())
-            .or_default()
-            .clone()
+        let mut serving = self.inner.serving.lock().expect("serving lock");
+        // Every request of a session comes here: the key is copied only for its first.
+        match serving.get(session_id) {
+            Some(gate) => gate.clone(),
+            None => serving.entry(session_id.to_owned()).or_default().clone(),
+        }
     }
 
     /// Forgets what this process knew of a session that ended.

@@ -266,17 +266,13 @@ impl StreamRepo for Postgres {
             &[&instance, &ttl_ms],
         )
         .await?;
-        if let Some((node, _)) = instance.split_once('/') {
-            self.execute(
-                "DELETE FROM instances WHERE starts_with(id, $1) AND id != $2",
-                &[&format!("{node}/"), &instance],
-            )
-            .await?;
-        }
-        // Instances that stopped a day ago have no open binding left to prove dead.
+        // This node's earlier processes are dead (see `StreamRepo::keep_alive`), and
+        // instances that stopped a day ago have no open binding left to prove dead.
+        let node = instance.split_once('/').map_or(instance, |(node, _)| node);
         self.execute(
-            "DELETE FROM instances WHERE expires_at < durable_now_ms() - 86400000",
-            &[],
+            "DELETE FROM instances WHERE expires_at < durable_now_ms() - 86400000 \
+             OR (starts_with(id, $1) AND id != $2)",
+            &[&format!("{node}/"), &instance],
         )
         .await?;
         Ok(())
