@@ -79,8 +79,8 @@ fn tool_call(id: u64, name: &str, arguments: Value) -> Value {
 /// Why an operation did not go through.
 enum Fault {
     /// The connection broke or the server answered 5xx while it was being killed or restarted:
-    /// a client retries.
-    Cut,
+    /// a client retries. Says what the cut looked like, for the report if cuts go on.
+    Cut(String),
     /// Anything else: counted as an error.
     Wrong(String),
 }
@@ -111,7 +111,7 @@ impl Target {
     /// (or is under way), else `wrong`.
     fn explain(&self, generation: u64, wrong: String) -> Fault {
         if self.generation.load(Ordering::SeqCst) != generation || !*self.up.borrow() {
-            Fault::Cut
+            Fault::Cut(wrong)
         } else {
             Fault::Wrong(wrong)
         }
@@ -273,6 +273,9 @@ struct Soak {
     expected_sums: HashMap<&'static str, u64>,
     expected_digest: String,
     started: Mutex<Vec<String>>,
+    /// The last event id of each processing call that never got its answer (None: no event
+    /// came), whose stored stream and binding the report shows.
+    hung: Mutex<Vec<Option<String>>>,
     /// Whether clients drop calls and abandon sessions (not while the maximum is measured).
     faults: AtomicBool,
 }
@@ -300,7 +303,7 @@ impl Soak {
                 match opened {
                     Ok(Ok(session)) => return session,
                     Ok(Err(e)) => match self.target.explain(generation, e) {
-                        Fault::Cut => self.tally.cut.fetch_add(1, Ordering::Relaxed),
+                        Fault::Cut(_) => self.tally.cut.fetch_add(1, Ordering::Relaxed),
                         Fault::Wrong(e) => {
                             self.tally.error(format!("opening a session: {e}"));
                             break;
@@ -344,12 +347,12 @@ impl Soak {
     async fn after(&self, fault: Fault, what: &str, deadline: Instant) -> Result<(), String> {
         match fault {
             Fault::Wrong(e) => Err(format!("{what}: {e}")),
-            Fault::Cut if Instant::now() < deadline => {
+            Fault::Cut(_) if Instant::now() < deadline => {
                 self.tally.cut.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 Ok(())
             }
-            Fault::Cut => Err(format!("{what}: still cut after {SETTLE:?}")),
+            Fault::Cut(last) => Err(format!("{what}: still cut after {SETTLE:?}, last: {last}")),
         }
     }
 
@@ -406,8 +409,13 @@ impl Soak {
                 Ok(Some(answer)) => break answer,
                 Ok(None) => {}
                 Err(fault) => {
-                    self.after(fault, "resumable_data_processing", deadline)
-                        .await?
+                    if let Err(e) = self
+                        .after(fault, "resumable_data_processing", deadline)
+                        .await
+                    {
+                        self.hung.lock().unwrap().push(last_id.clone());
+                        return Err(format!("{e} ({client_id}, last event {last_id:?})"));
+                    }
                 }
             }
         };
@@ -670,6 +678,7 @@ async fn run(dir: &Path) {
         expected_sums: HashMap::new(),
         expected_digest: String::new(),
         started: Mutex::new(Vec::new()),
+        hung: Mutex::new(Vec::new()),
         faults: AtomicBool::new(false),
     };
     let mut expected_sums = HashMap::new();
@@ -807,7 +816,51 @@ async fn run(dir: &Path) {
             .map(|e| format!("\n  {e}"))
             .collect::<String>()
     );
+    for last_id in soak.hung.lock().unwrap().iter().take(5) {
+        println!(
+            "a call that never got its answer: {}",
+            stored_call(&db, last_id.as_deref())
+        );
+    }
     process.server.kill().await;
+}
+
+/// What the database holds of the stream event `last_id` was on and of the call it answers.
+fn stored_call(db: &Path, last_id: Option<&str>) -> String {
+    let Some(last_id) = last_id else {
+        return "no event came".into();
+    };
+    let token = last_id.split('.').next().unwrap_or_default();
+    let connection = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let rows = |sql: &str| -> Vec<String> {
+        let mut query = connection.prepare(sql).unwrap();
+        let columns = query.column_count();
+        query
+            .query_map([token], |row| {
+                (0..columns)
+                    .map(|i| {
+                        row.get::<_, rusqlite::types::Value>(i)
+                            .map(|v| format!("{v:?}"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(|values| values.join(" "))
+            })
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    let stream =
+        rows("SELECT token, session_id, next_seq, finished, call_id FROM streams WHERE token = ?1");
+    let events =
+        rows("SELECT seq, substr(message, 1, 120) FROM events WHERE token = ?1 ORDER BY seq");
+    let bindings = rows(
+        "SELECT b.id, b.task_id, b.instance, b.stream_token, b.done, t.status, t.progress \
+         FROM call_bindings b LEFT JOIN tasks t ON t.id = b.task_id \
+         WHERE b.stream_token = ?1 OR b.id = (SELECT call_id FROM streams WHERE token = ?1)",
+    );
+    format!(
+        "last event {last_id}\n    stream {stream:?}\n    events {events:#?}\n    bindings {bindings:?}"
+    )
 }
 
 fn main() {

@@ -159,7 +159,7 @@ impl DurableServer {
             }
             if let Some(outcome) = processing_outcome(&current) {
                 if let Some(binding) = binding {
-                    binding.finish().await?;
+                    binding.answered();
                 }
                 return Ok(outcome);
             }
@@ -397,11 +397,11 @@ struct OpenCall {
 }
 
 impl OpenCall {
-    /// Marks the call answered, before its answer goes out.
-    async fn finish(mut self) -> Result<(), McpError> {
+    /// The handler returns the task's outcome: storing that response closes the binding in the
+    /// same commit (see the store's `append_event`), so a crash before it is stored leaves the
+    /// call for the next start's relay, and one after it leaves nothing to answer twice.
+    fn answered(mut self) {
         self.finished = true;
-        self.streams.finish_binding(&self.id).await?;
-        Ok(())
     }
 }
 

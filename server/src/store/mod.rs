@@ -273,7 +273,10 @@ pub trait TaskRepo: Send + Sync {
 #[async_trait]
 pub trait StreamRepo: Send + Sync {
     /// Appends an event to its stream (creating the stream on its first event) and returns the
-    /// stream's token and the event's seq.
+    /// stream's token and the event's seq. The stream's call is the one
+    /// [`StreamRepo::bind_stream_session`] recorded or, failing that, `event.binding`; a
+    /// finishing event marks that call's binding answered in the same commit, so that a call
+    /// is answered exactly when its response is stored.
     async fn append_event(&self, event: NewEvent) -> Result<(String, u64), StoreError>;
 
     /// Records that `session_id` received the stream `token`, a POST's answer whose handler's

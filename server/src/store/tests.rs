@@ -669,6 +669,49 @@ contract! {
 }
 
 contract! {
+    /// A bound call is answered exactly when its response is stored: until then a restart
+    /// adopts it (the soak found calls whose binding was closed before a kill cut off their
+    /// response, so no restart answered them and their resumed streams waited for ever), and
+    /// the response closes it in the same commit, whether the HTTP layer named the stream's
+    /// call or only the call's first progress notification did.
+    async fn a_calls_response_closes_its_binding_as_it_is_stored(fx) {
+        let store = fx.with_tasks(&["t"]).await;
+        let mut priming = event("named", "");
+        priming.message = None;
+        let (token, _) = store.append_event(priming).await.unwrap();
+        assert!(store.bind_stream_session(&token, "s", "named-call").await.unwrap());
+        store.insert_binding(binding("named-call"), "p1").await.unwrap();
+        store.insert_binding(binding("linked-call"), "p1").await.unwrap();
+        store.insert_binding(binding("unanswered"), "p1").await.unwrap();
+        let mut progress = event("linked", "progress");
+        progress.binding = Some("linked-call".into());
+        store.append_event(progress).await.unwrap();
+        store.append_event(event("unlinked", "progress")).await.unwrap();
+        let open = |adopted: Vec<CallBinding>| {
+            let mut ids: Vec<String> = adopted.into_iter().map(|b| b.id).collect();
+            ids.sort();
+            ids
+        };
+        assert_eq!(
+            open(store.adopt_orphaned_bindings("p2").await.unwrap()),
+            ["linked-call", "named-call", "unanswered"],
+            "no call is answered before its response is stored"
+        );
+
+        for stream in ["named", "linked", "unlinked"] {
+            let mut response = event(stream, "response");
+            response.finishes = true;
+            store.append_event(response).await.unwrap();
+        }
+        assert_eq!(
+            open(store.adopt_orphaned_bindings("p3").await.unwrap()),
+            ["unanswered"],
+            "each stored response closed its own call's binding, and no other"
+        );
+    }
+}
+
+contract! {
     /// A stream takes no event after its final response, and an event that may not open its
     /// stream (the relay's) finds none to continue once the session took it away.
     async fn an_ended_or_deleted_stream_takes_no_more_events(fx) {

@@ -16,21 +16,25 @@ fn new_token() -> String {
 }
 
 /// Appends an event in one statement, so in one transaction: advance (or create) the stream's
-/// counter, insert the event, and reveal the binding's stream. The upsert locks the stream's
-/// row until the statement commits, so the appends of one stream are serialised and each seq
-/// commits before the next is handed out: a reader never sees seq n+1 without n. A finished
-/// stream is not advanced, and then nothing is inserted and no row returned.
+/// counter, insert the event, reveal the binding's stream, and close the binding of a call
+/// whose response this is (see the SQLite backend's `append` for why in the same commit). The
+/// upsert locks the stream's row until the statement commits, so the appends of one stream are
+/// serialised and each seq commits before the next is handed out: a reader never sees seq n+1
+/// without n. A finished stream is not advanced, and then nothing is inserted and no row
+/// returned.
 const APPEND: &str = concat!(
     "\
     WITH stream AS ( \
-        INSERT INTO streams (token, stream_id, session_id, next_seq, finished, created_at) \
-        VALUES ($1, $2, $3, 2, $4, durable_now_ms()) \
+        INSERT INTO streams (token, stream_id, session_id, next_seq, finished, created_at, \
+            call_id) \
+        VALUES ($1, $2, $3, 2, $4, durable_now_ms(), $7) \
         ON CONFLICT (stream_id) DO UPDATE SET next_seq = streams.next_seq + 1, \
-            finished = EXCLUDED.finished \
+            finished = EXCLUDED.finished, \
+            call_id = coalesce(streams.call_id, EXCLUDED.call_id) \
         WHERE NOT streams.finished \
-        RETURNING token, next_seq - 1 AS seq \
+        RETURNING token, next_seq - 1 AS seq, call_id \
     ),",
-    append_rest!("$5", "$6", "$7")
+    append_rest!("$5", "$6", "$7", "$4")
 );
 
 /// [`APPEND`] for an event that may not open its stream: only an existing, unfinished stream
@@ -38,17 +42,20 @@ const APPEND: &str = concat!(
 const CONTINUE: &str = concat!(
     "\
     WITH stream AS ( \
-        UPDATE streams SET next_seq = next_seq + 1, finished = $2 \
+        UPDATE streams SET next_seq = next_seq + 1, finished = $2, \
+            call_id = coalesce(call_id, $5) \
         WHERE stream_id = $1 AND NOT finished \
-        RETURNING token, next_seq - 1 AS seq \
+        RETURNING token, next_seq - 1 AS seq, call_id \
     ),",
-    append_rest!("$3", "$4", "$5")
+    append_rest!("$3", "$4", "$5", "$2")
 );
 
-/// What [`APPEND`] and [`CONTINUE`] do once `stream` holds the token and seq, given the
-/// placeholders of the message, the retry and the binding.
+/// What [`APPEND`] and [`CONTINUE`] do once `stream` holds the token, seq and call, given the
+/// placeholders of the message, the retry, the binding and whether the event finishes the
+/// stream. One UPDATE of `call_bindings` does both of its jobs: two in one statement could not
+/// both change the same row.
 macro_rules! append_rest {
-    ($message:literal, $retry:literal, $binding:literal) => {
+    ($message:literal, $retry:literal, $binding:literal, $finishes:literal) => {
         concat!(
             "\
     event AS ( \
@@ -59,10 +66,16 @@ macro_rules! append_rest {
             $retry,
             ", durable_now_ms() FROM stream \
     ), binding AS ( \
-        UPDATE call_bindings SET stream_token = (SELECT token FROM stream) \
-        WHERE id = ",
+        UPDATE call_bindings \
+        SET stream_token = coalesce(stream_token, (SELECT token FROM stream)), \
+            done = done OR (",
+            $finishes,
+            " AND id = (SELECT call_id FROM stream)) \
+        WHERE (id = ",
             $binding,
-            " AND stream_token IS NULL \
+            " AND stream_token IS NULL) OR (",
+            $finishes,
+            " AND NOT done AND id = (SELECT call_id FROM stream)) \
     ) \
     SELECT token, seq, pg_notify('",
             super::wakeups::STREAM_CHANNEL!(),

@@ -15,46 +15,56 @@ fn new_token() -> String {
 }
 
 /// Appends `event`: three cached statements (find the stream, advance or create it, insert the
-/// event), and a fourth when it reveals a binding's stream. The sequence counter is read and
-/// written in two steps rather than by `UPDATE ... RETURNING`, which SQLite runs through a
-/// temporary table: this connection is the only writer, so nothing can come between them.
+/// event), and a fourth when it reveals a binding's stream or is the response of a bound call.
+/// The sequence counter is read and written in two steps rather than by `UPDATE ... RETURNING`,
+/// which SQLite runs through a temporary table: this connection is the only writer, so nothing
+/// can come between them.
 fn append(conn: &Connection, event: &NewEvent) -> Result<(String, u64), StoreError> {
     let now = now_ms();
-    let existing: Option<(i64, String, u64, bool)> = conn
+    let existing: Option<(i64, String, u64, bool, Option<String>)> = conn
         .prepare_cached(
-            "SELECT rowid, token, next_seq, finished FROM streams WHERE stream_id = ?1",
+            "SELECT rowid, token, next_seq, finished, call_id FROM streams WHERE stream_id = ?1",
         )?
         .query_row([&event.stream_id], |row| {
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+            ))
         })
         .optional()?;
     let ended = || Refusal::StreamEnded {
         stream_id: event.stream_id.clone(),
     };
-    let (token, seq) = match existing {
-        Some((_, _, _, true)) => return Err(ended().into()),
-        Some((rowid, token, seq, false)) => {
+    // The stream's call is the one the HTTP layer recorded, or the one this event reveals.
+    let (token, seq, call) = match existing {
+        Some((_, _, _, true, _)) => return Err(ended().into()),
+        Some((rowid, token, seq, false, call_id)) => {
+            let call = call_id.or_else(|| event.binding.clone());
             conn.prepare_cached(
-                "UPDATE streams SET next_seq = ?2, finished = ?3 WHERE rowid = ?1",
+                "UPDATE streams SET next_seq = ?2, finished = ?3, call_id = ?4 WHERE rowid = ?1",
             )?
-            .execute(params![rowid, seq + 1, event.finishes])?;
-            (token, seq)
+            .execute(params![rowid, seq + 1, event.finishes, call])?;
+            (token, seq, call)
         }
         None if !event.opens => return Err(ended().into()),
         None => {
             let token = new_token();
             conn.prepare_cached(
-                "INSERT INTO streams (token, stream_id, session_id, next_seq, finished, created_at) \
-                 VALUES (?1, ?2, ?3, 2, ?4, ?5)",
+                "INSERT INTO streams (token, stream_id, session_id, next_seq, finished, \
+                 created_at, call_id) VALUES (?1, ?2, ?3, 2, ?4, ?5, ?6)",
             )?
             .execute(params![
                 token,
                 event.stream_id,
                 event.session_id,
                 event.finishes,
-                now
+                now,
+                event.binding
             ])?;
-            (token, 1)
+            (token, 1, event.binding.clone())
         }
     };
     conn.prepare_cached(
@@ -66,6 +76,16 @@ fn append(conn: &Connection, event: &NewEvent) -> Result<(String, u64), StoreErr
             "UPDATE call_bindings SET stream_token = ?2 WHERE id = ?1 AND stream_token IS NULL",
         )?
         .execute(params![binding, token])?;
+    }
+    // A bound call's response closes its binding in the same commit: closed any earlier (by
+    // its handler, before returning the response), a kill in between left a call that no
+    // restart would relay and whose resumed stream waited for ever; closed any later, a
+    // restart would find it open and answer it twice.
+    if event.finishes
+        && let Some(call) = call
+    {
+        conn.prepare_cached("UPDATE call_bindings SET done = 1 WHERE id = ?1 AND NOT done")?
+            .execute([call])?;
     }
     Ok((token, seq))
 }
