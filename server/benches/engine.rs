@@ -125,6 +125,7 @@ async fn store_commits(store: &Store, tasks: u64) -> f64 {
                     progress: step,
                     message: format!("{step}/{STEPS_PER_TASK}"),
                     result: None,
+                    question: None,
                 };
                 store.commit_step(commit).await.unwrap().unwrap();
             }

@@ -573,6 +573,9 @@ mod ceiling {
                         output,
                         ..
                     }) => break (progress, message, output),
+                    Ok(Step::Ask { .. }) => {
+                        return Err(McpError::internal_error("batches ask nothing", None));
+                    }
                     Err(e) => return Err(McpError::internal_error(e.0, None)),
                 }
             };
@@ -594,6 +597,7 @@ mod ceiling {
                 step: steps,
                 percent: TaskInfo::percent_of(progress, plan.total),
                 node: None,
+                question: None,
             };
             self.tasks
                 .lock()

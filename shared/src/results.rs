@@ -100,6 +100,24 @@ pub struct ProcessingResult {
     pub status: String,
 }
 
+/// Result of `start_trip_planning`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TripResult {
+    pub destination: String,
+    pub start_date: String,
+    pub nights: u32,
+    /// The hotel chosen; `None` when the choice was declined.
+    pub hotel: Option<String>,
+    /// What the stay costs, in euros.
+    pub total_cost: u64,
+    pub booked: bool,
+    /// The booking's reference, once booked: derived from the trip and the hotel, so it is
+    /// the same however often the task was interrupted.
+    pub booking_reference: Option<String>,
+    /// How many answers the task applied: 2 for a booking, whatever was sent or repeated.
+    pub answers_applied: u32,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

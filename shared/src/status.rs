@@ -16,16 +16,21 @@ pub enum TaskStatus {
     Running,
     /// Stopped at a step boundary on request; its checkpoint is kept for `resume`.
     Paused,
+    /// Waiting for a person's answer to its question (`TaskInfo::question`), without a worker,
+    /// for as long as it takes; the answer makes it `pending` again.
+    #[serde(rename = "input_required")]
+    InputRequired,
     Completed,
     Failed,
     Cancelled,
 }
 
 impl TaskStatus {
-    pub const ALL: [TaskStatus; 6] = [
+    pub const ALL: [TaskStatus; 7] = [
         TaskStatus::Pending,
         TaskStatus::Running,
         TaskStatus::Paused,
+        TaskStatus::InputRequired,
         TaskStatus::Completed,
         TaskStatus::Failed,
         TaskStatus::Cancelled,
@@ -36,6 +41,7 @@ impl TaskStatus {
             TaskStatus::Pending => "pending",
             TaskStatus::Running => "running",
             TaskStatus::Paused => "paused",
+            TaskStatus::InputRequired => "input_required",
             TaskStatus::Completed => "completed",
             TaskStatus::Failed => "failed",
             TaskStatus::Cancelled => "cancelled",
@@ -87,7 +93,12 @@ impl Steer {
         match self {
             Steer::Pause => &[TaskStatus::Pending, TaskStatus::Running],
             Steer::Resume => &[TaskStatus::Paused],
-            Steer::Cancel => &[TaskStatus::Pending, TaskStatus::Running, TaskStatus::Paused],
+            Steer::Cancel => &[
+                TaskStatus::Pending,
+                TaskStatus::Running,
+                TaskStatus::Paused,
+                TaskStatus::InputRequired,
+            ],
         }
     }
 
@@ -152,7 +163,7 @@ mod tests {
         let err = "done".parse::<TaskStatus>().unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown task status \"done\"; valid statuses are: pending, running, paused, completed, failed, cancelled"
+            "unknown task status \"done\"; valid statuses are: pending, running, paused, input_required, completed, failed, cancelled"
         );
     }
 
@@ -161,20 +172,20 @@ mod tests {
     fn steering_table() {
         use TaskStatus::*;
         let table = [
-            //               pending running paused completed failed cancelled
+            // pending running paused input_required completed failed cancelled
             (
                 Steer::Pause,
-                [true, true, false, false, false, false],
+                [true, true, false, false, false, false, false],
                 Paused,
             ),
             (
                 Steer::Resume,
-                [false, false, true, false, false, false],
+                [false, false, true, false, false, false, false],
                 Pending,
             ),
             (
                 Steer::Cancel,
-                [true, true, true, false, false, false],
+                [true, true, true, true, false, false, false],
                 Cancelled,
             ),
         ];

@@ -67,6 +67,24 @@ pub struct TaskInfo {
     /// node that advances it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// What the task asks, while it is `input_required`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<Question>,
+}
+
+/// A question a task asks a person mid-run. The task waits as `input_required`, durably and
+/// without a worker, until an answer to this question arrives.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Question {
+    /// Names this question among the task's questions: an answer names it, so that one meant
+    /// for an earlier question (a late or repeated answer) is refused instead of applied.
+    pub id: String,
+    /// What to ask, in a sentence or two.
+    pub message: String,
+    /// The JSON schema of an answer: an object of primitive fields (string, number, integer,
+    /// boolean, string enums), as MCP elicitation's `requestedSchema` requires, so that any
+    /// client can render it as a form.
+    pub schema: Value,
 }
 
 impl TaskInfo {

@@ -417,6 +417,33 @@ impl ClientHandler for Recorder {
     }
 }
 
+/// Connects `handler` to `url` as an MCP client (sending `X-Client-Id: client_id` and the bearer
+/// `token` when given); `None` when initialize fails or times out.
+pub async fn serve_with<H: ClientHandler>(
+    url: &str,
+    client_id: Option<&str>,
+    token: Option<&str>,
+    handler: H,
+) -> Option<RunningService<RoleClient, H>> {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
+    if let Some(token) = token {
+        config = config.auth_header(token);
+    }
+    if let Some(id) = client_id {
+        let mut headers = std::collections::HashMap::new();
+        headers.insert(
+            http::HeaderName::from_static("x-client-id"),
+            id.parse().expect("client id header value"),
+        );
+        config = config.custom_headers(headers);
+    }
+    let transport = StreamableHttpClientTransport::from_config(config);
+    tokio::time::timeout(IO_TIMEOUT, handler.serve(transport))
+        .await
+        .ok()?
+        .ok()
+}
+
 /// A connected MCP client.
 pub struct Client {
     pub service: RunningService<RoleClient, Recorder>,
@@ -449,24 +476,8 @@ impl Client {
         client_id: Option<&str>,
         token: Option<&str>,
     ) -> Option<Client> {
-        let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
-        if let Some(token) = token {
-            config = config.auth_header(token);
-        }
-        if let Some(id) = client_id {
-            let mut headers = std::collections::HashMap::new();
-            headers.insert(
-                http::HeaderName::from_static("x-client-id"),
-                id.parse().expect("client id header value"),
-            );
-            config = config.custom_headers(headers);
-        }
-        let transport = StreamableHttpClientTransport::from_config(config);
         let recorder = Recorder::default();
-        let service = tokio::time::timeout(IO_TIMEOUT, recorder.clone().serve(transport))
-            .await
-            .ok()?
-            .ok()?;
+        let service = serve_with(url, client_id, token, recorder.clone()).await?;
         Some(Client { service, recorder })
     }
 

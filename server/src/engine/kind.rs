@@ -14,6 +14,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use durable_shared::Question;
 use durable_shared::kinds::{KindSpec, Offer, ParamError, params_schema, parse_params};
 use futures::future::BoxFuture;
 use serde::Serialize;
@@ -171,6 +172,24 @@ pub enum Step<S, O> {
         message: String,
         output: O,
     },
+    /// Commit `state` and ask a person `question`: the task waits as `input_required`, without
+    /// a worker and across restarts, until [`TaskKind::answer`] folds the answer into the
+    /// checkpoint; the next step continues from there.
+    Ask {
+        state: S,
+        progress: u64,
+        message: String,
+        question: Question,
+    },
+}
+
+/// A person's reply to a task's question.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// The answer: an object of the fields the question's schema asks for.
+    Accept(Value),
+    /// The person declined to answer.
+    Decline,
 }
 
 /// Why a step failed; the task becomes `failed` with this message.
@@ -233,6 +252,22 @@ pub trait TaskKind: KindSpec {
         state: &Self::State,
         env: &Env,
     ) -> impl Future<Output = Result<Step<Self::State, Self::Output>, StepError>> + Send;
+
+    /// The checkpoint after a person's `answer` to the question the last step asked
+    /// ([`Step::Ask`]); the engine commits it with the task's return to `pending`, once. An
+    /// `Err` refuses the answer (the question stays open): name the field that is wrong. A
+    /// pure function of its inputs: it may run for an answer that loses a race to another.
+    fn answer(
+        &self,
+        _params: &Self::Params,
+        _state: &Self::State,
+        _answer: Answer,
+    ) -> Result<Self::State, ParamError> {
+        Err(ParamError::general(format!(
+            "{} tasks ask no questions",
+            Self::NAME
+        )))
+    }
 }
 
 /// What the engine knows of a registered kind, for the layers that offer it (tools, forms).
@@ -262,6 +297,9 @@ pub(crate) trait ErasedKind: Send + Sync {
     fn name(&self) -> &'static str;
     fn info(&self) -> KindInfo;
     fn plan(&self, params: Value, env: &Env) -> Result<Planned, ParamError>;
+    /// [`TaskKind::answer`] on stored JSON: the checkpoint to commit.
+    fn answer(&self, params: Value, checkpoint: Value, answer: Answer)
+    -> Result<Value, ParamError>;
     fn run(self: Arc<Self>, ctx: RunContext, slot: OwnedSemaphorePermit) -> BoxFuture<'static, ()>;
 }
 
@@ -296,6 +334,22 @@ impl<K: TaskKind> ErasedKind for Erased<K> {
             total: plan.total,
             exclusive: self.0.exclusive(&params, env),
         })
+    }
+
+    fn answer(
+        &self,
+        params: Value,
+        checkpoint: Value,
+        answer: Answer,
+    ) -> Result<Value, ParamError> {
+        let unreadable = |e: serde_json::Error| {
+            ParamError::general(format!("the task's stored checkpoint is unreadable: {e}"))
+        };
+        let params: K::Params = serde_json::from_value(params).map_err(unreadable)?;
+        let state: K::State = serde_json::from_value(checkpoint).map_err(unreadable)?;
+        let next = self.0.answer(&params, &state, answer)?;
+        serde_json::to_value(&next)
+            .map_err(|e| ParamError::general(format!("cannot store the answer: {e}")))
     }
 
     fn run(self: Arc<Self>, ctx: RunContext, slot: OwnedSemaphorePermit) -> BoxFuture<'static, ()> {

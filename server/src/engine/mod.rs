@@ -23,7 +23,7 @@ use tokio::sync::{OwnedSemaphorePermit, broadcast, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use kind::{Env, KindInfo, Plan, Step, StepError, TaskKind, blocking, path_error};
+pub use kind::{Answer, Env, KindInfo, Plan, Step, StepError, TaskKind, blocking, path_error};
 use kind::{Erased, ErasedKind};
 use runner::RunContext;
 
@@ -50,6 +50,10 @@ pub enum EngineError {
         task_id: String,
         status: TaskStatus,
     },
+    /// An answer to a question that is not open: answered already, superseded by a later
+    /// question, or never asked.
+    #[error("{0}")]
+    QuestionNotOpen(String),
     /// The owner has as many unfinished tasks as it may.
     #[error(
         "you have {limit} unfinished tasks, the most one owner may have \
@@ -777,6 +781,66 @@ impl Engine {
                 task_id: task_id.to_owned(),
                 status: info.status,
             }),
+            Transition::NotFound => Err(EngineError::NotFound(task_id.to_owned())),
+        }
+    }
+
+    /// Applies a person's `answer` to question `question_id` of a task waiting for input, at
+    /// most once: the kind folds it into the checkpoint, which is committed with the task's
+    /// return to `pending` in one conditional update, and the task runs on from there. A second
+    /// answer, or one to a question the task no longer asks, is refused and changes nothing.
+    pub async fn answer(
+        &self,
+        task_id: &str,
+        question_id: &str,
+        answer: Answer,
+    ) -> Result<TaskInfo, EngineError> {
+        let row = self
+            .inner
+            .store
+            .task_row(task_id)
+            .await?
+            .ok_or_else(|| EngineError::NotFound(task_id.to_owned()))?;
+        let not_open = |info: &TaskInfo| {
+            let now = match (&info.question, info.status) {
+                (Some(open), TaskStatus::InputRequired) => {
+                    format!("it asks {:?} now", open.id)
+                }
+                (_, status) => format!("it is {status} and asks nothing"),
+            };
+            EngineError::QuestionNotOpen(format!(
+                "question {question_id:?} of task {task_id} is not open (answered already, or \
+                 never asked): {now}"
+            ))
+        };
+        match &row.info.question {
+            Some(open)
+                if row.info.status == TaskStatus::InputRequired && open.id == question_id => {}
+            _ => return Err(not_open(&row.info)),
+        }
+        let kind = self
+            .inner
+            .kinds
+            .get(row.info.kind.as_str())
+            .cloned()
+            .ok_or_else(|| EngineError::UnknownKind(row.info.kind.clone()))?;
+        let checkpoint = kind.answer(row.info.parameters.clone(), row.checkpoint, answer)?;
+        match self
+            .inner
+            .store
+            .answer_question(task_id, question_id, checkpoint)
+            .await?
+        {
+            Transition::Applied(info) => {
+                tracing::info!(task_id, question_id, "question answered");
+                let milestone =
+                    Milestone::info(format!("task {task_id} was answered ({question_id})"));
+                self.inner.publish(TaskEvent::with(info.clone(), milestone));
+                self.inner.spawn_worker(task_id.to_owned(), kind.name());
+                Ok(info)
+            }
+            // Another answer came first.
+            Transition::Refused(info) => Err(not_open(&info)),
             Transition::NotFound => Err(EngineError::NotFound(task_id.to_owned())),
         }
     }

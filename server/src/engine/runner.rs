@@ -143,18 +143,24 @@ async fn advance<K: TaskKind>(kind: &Erased<K>, ctx: &RunContext) -> Result<(), 
             }
             outcome = kind.kind().step(&params, &state, &env).instrument(span.clone()) => outcome,
         };
-        let (next, progress, message, output) = match outcome {
+        let (next, progress, message, output, question) = match outcome {
             Ok(Step::Continue {
                 state,
                 progress,
                 message,
-            }) => (state, progress, message, None),
+            }) => (state, progress, message, None, None),
             Ok(Step::Done {
                 state,
                 progress,
                 message,
                 output,
-            }) => (state, progress, message, Some(output)),
+            }) => (state, progress, message, Some(output), None),
+            Ok(Step::Ask {
+                state,
+                progress,
+                message,
+                question,
+            }) => (state, progress, message, None, Some(question)),
             Err(e) => return fail(&engine, id, lease, e.0).await,
         };
         let encoded = serde_json::to_value(&next).and_then(|checkpoint| {
@@ -168,6 +174,7 @@ async fn advance<K: TaskKind>(kind: &Erased<K>, ctx: &RunContext) -> Result<(), 
             }
         };
         let done = result.is_some();
+        let asks = question.is_some();
         let commit = StepCommit {
             id: id.to_owned(),
             lease,
@@ -176,6 +183,7 @@ async fn advance<K: TaskKind>(kind: &Erased<K>, ctx: &RunContext) -> Result<(), 
             progress,
             message,
             result,
+            question,
         };
         let started = std::time::Instant::now();
         let committed = engine.store.commit_step(commit).instrument(span).await;
@@ -188,6 +196,14 @@ async fn advance<K: TaskKind>(kind: &Erased<K>, ctx: &RunContext) -> Result<(), 
                 if done {
                     tracing::info!(task_id = id, kind = K::NAME, steps = step, "task completed");
                     let milestone = Milestone::info(format!("task {id} ({}) completed", K::NAME));
+                    engine.publish(TaskEvent::with(info, milestone));
+                    return Ok(());
+                }
+                if asks {
+                    // The worker ends here: the task holds no slot while a person thinks.
+                    tracing::info!(task_id = id, kind = K::NAME, step, "task waits for input");
+                    let asked = info.question.as_ref().map_or("", |q| q.message.as_str());
+                    let milestone = Milestone::info(format!("task {id} asks: {asked}"));
                     engine.publish(TaskEvent::with(info, milestone));
                     return Ok(());
                 }

@@ -5,8 +5,11 @@ pub mod batch;
 pub mod migration;
 pub mod processing;
 pub mod training;
+pub mod trip;
 
-use durable_shared::kinds::{BatchProcessing, DataMigration, DataProcessing, MlTraining};
+use durable_shared::kinds::{
+    BatchProcessing, DataMigration, DataProcessing, MlTraining, TripPlanning,
+};
 
 use crate::engine::EngineBuilder;
 
@@ -18,6 +21,7 @@ pub fn register_all(builder: EngineBuilder) -> EngineBuilder {
         .register(BatchProcessing)
         .register(MlTraining)
         .register(DataProcessing)
+        .register(TripPlanning)
 }
 
 /// SplitMix64: a tiny, well-known generator whose output is fixed by its definition, so data

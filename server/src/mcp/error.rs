@@ -141,7 +141,9 @@ impl From<EngineError> for ApiError {
             EngineError::UnknownKind(_) | EngineError::NotFound(_) => {
                 ApiError::NotFound(error.to_string())
             }
-            EngineError::InvalidState { .. } => ApiError::Conflict(error.to_string()),
+            EngineError::InvalidState { .. } | EngineError::QuestionNotOpen(_) => {
+                ApiError::Conflict(error.to_string())
+            }
             EngineError::TooManyTasks { .. } => ApiError::Limit {
                 limit: "max_tasks_per_owner",
                 message: error.to_string(),

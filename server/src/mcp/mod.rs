@@ -11,6 +11,7 @@
 pub mod error;
 mod notify;
 mod prompts;
+mod questions;
 pub mod relay;
 mod resources;
 mod routes;
@@ -113,6 +114,8 @@ struct SessionState {
     inbox: Mutex<Option<routes::Inbox>>,
     /// Lowest level of log notifications this session wants (shared with its forwarder).
     log_level: Arc<Mutex<Option<LoggingLevel>>>,
+    /// The questions this session is being asked (shared with its forwarder).
+    asking: questions::Asking,
 }
 
 impl DurableServer {
@@ -123,6 +126,7 @@ impl DurableServer {
             route,
             inbox: Mutex::new(Some(inbox)),
             log_level: Arc::default(),
+            asking: Arc::default(),
         };
         DurableServer {
             shared,
@@ -300,7 +304,9 @@ impl ServerHandler for DurableServer {
             "Durable long-running tasks. start_* tools return a task://status/{task_id} link at \
              once and keep working in the background, across client disconnects and server \
              restarts. Read or subscribe to that resource to follow a task; pause_task, \
-             resume_task and cancel_task steer it. resumable_data_processing runs inside the \
+             resume_task and cancel_task steer it. A task whose status is input_required waits \
+             for the answer to its question (in its status), given with answer_task. \
+             resumable_data_processing runs inside the \
              call, streams progress, and continues from its checkpoint when called again with \
              the same arguments.",
         )
@@ -350,6 +356,16 @@ impl ServerHandler for DurableServer {
                 }
                 Err(e) => tracing::error!(error = %e, "cannot restore the session's subscriptions"),
             }
+        }
+        if questions::can_ask(&context.peer)
+            && let Some(owner) = self.shared.routes.client(self.key())
+        {
+            tokio::spawn(questions::ask_open_questions(
+                self.shared.clone(),
+                context.peer.clone(),
+                owner,
+                self.session.asking.clone(),
+            ));
         }
         self.start_forwarder(context.peer);
     }
@@ -402,20 +418,29 @@ impl ServerHandler for DurableServer {
         Ok(())
     }
 
-    /// These tasks never ask for input, so there is nothing to answer.
+    /// SEP-2663 `tasks/update`: the response keyed by the task's open question answers it
+    /// (once; the engine refuses a second). Responses under other keys are ignored, as the
+    /// extension says of keys that are not outstanding.
     async fn update_task(
         &self,
         request: UpdateTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         let handle = self.owned_handle(&request.task_id, &context).await?;
-        Err(McpError::invalid_params(
-            format!(
-                "task {} is not waiting for input: this server's tasks never ask for any",
-                handle.task.task_id
-            ),
-            None,
-        ))
+        let Some(question) = handle.task.question.as_ref() else {
+            return Ok(());
+        };
+        let Some(response) = request.input_responses.get(&question.id) else {
+            return Ok(());
+        };
+        if let Some(answer) = tasks::elicited_answer(response)? {
+            self.shared
+                .engine
+                .answer(&handle.task.task_id, &question.id, answer)
+                .await
+                .map_err(ApiError::from)?;
+        }
+        Ok(())
     }
 
     async fn list_prompts(

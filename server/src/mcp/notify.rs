@@ -12,7 +12,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use durable_shared::{TASK_LIST_META_KEY, TASK_META_KEY, status_uri};
+use durable_shared::{TASK_LIST_META_KEY, TASK_META_KEY, TaskStatus, status_uri};
 use rmcp::model::{
     CustomNotification, LoggingLevel, LoggingMessageNotificationParam, MetaObject,
     NotificationMetaObject, ResourceUpdatedNotificationParam, ServerNotification,
@@ -27,7 +27,7 @@ use tokio::sync::broadcast::error::RecvError;
 use super::resources::{self, LIST_LIMIT, TaskUri};
 use super::routes::{Delivery, Inbox, Next, Routes, SessionKey};
 use super::tasks::{detailed_task, legacy_task, speaks_legacy_tasks};
-use super::{DurableServer, Shared};
+use super::{DurableServer, Shared, questions};
 use crate::engine::{Change, Engine, MilestoneLevel, TaskHandle};
 use crate::telemetry;
 
@@ -132,6 +132,7 @@ struct Forwarder {
     peer: Peer<RoleServer>,
     key: SessionKey,
     log_level: Arc<Mutex<Option<LoggingLevel>>>,
+    asking: questions::Asking,
 }
 
 impl DurableServer {
@@ -146,6 +147,7 @@ impl DurableServer {
             peer,
             key: self.session.route.key,
             log_level: self.session.log_level.clone(),
+            asking: self.session.asking.clone(),
         };
         tokio::spawn(forwarder.run(inbox));
     }
@@ -203,6 +205,18 @@ impl Forwarder {
         let Some(milestone) = &event.milestone else {
             return Ok(());
         };
+        // The task has just asked its owner something.
+        if delivery.owner
+            && task.status == TaskStatus::InputRequired
+            && questions::can_ask(&self.peer)
+        {
+            questions::ask(
+                self.shared.clone(),
+                self.peer.clone(),
+                task,
+                self.asking.clone(),
+            );
+        }
         let watching = delivery.owner || delivery.uris.contains(&status_uri(&task.task_id));
         let level = match milestone.level {
             MilestoneLevel::Info => LoggingLevel::Info,

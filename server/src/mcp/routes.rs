@@ -457,6 +457,7 @@ mod tests {
             step,
             percent: 0.0,
             node: None,
+            question: None,
         }
     }
 

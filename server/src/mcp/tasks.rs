@@ -18,8 +18,10 @@
 //!
 //! Engine statuses map onto MCP statuses as: pending and running are `working`; paused is
 //! `working` too (MCP has no paused status; `input_required` would tell the client to send
-//! input), with a status message saying it is paused and how to resume it; completed, failed and
-//! cancelled map to themselves.
+//! input), with a status message saying it is paused and how to resume it; input_required,
+//! completed, failed and cancelled map to themselves. A task waiting for input shows its
+//! question in SEP-2663 `tasks/get` as `inputRequests` (an elicitation keyed by the question's
+//! id), and `tasks/update` answers it.
 //!
 //! A handle belongs to the client whose call created it (its `X-Client-Id`, else its session):
 //! another client's `tasks/get`, `tasks/result` or `tasks/cancel` is told the task does not exist.
@@ -28,14 +30,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use durable_shared::TaskInfo;
 use durable_shared::kinds::{
     DATA_PROCESSING, PROCESSING_TOOL, ParamError, parse_params, task_tool,
 };
+use durable_shared::{Question, TaskInfo};
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CreateTaskResult, DetailedTask, ErrorCode, JsonObject,
-    ProtocolVersion, ServerResult, Task as McpTask, TaskPayload, TaskStatus as McpStatus, Tool,
+    CallToolRequestParams, CallToolResponse, CreateTaskResult, DetailedTask, ErrorCode,
+    InputRequest, InputRequests, JsonObject, ProtocolVersion, ServerResult, Task as McpTask,
+    TaskPayload, TaskStatus as McpStatus, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -44,7 +47,7 @@ use serde_json::{Value, json};
 use super::error::{ApiError, cannot_cancel};
 use super::tools::{ProcessingToolParams, failure, final_outcome, to_params};
 use super::{DurableServer, as_sent};
-use crate::engine::{EngineError, KindInfo, TaskHandle};
+use crate::engine::{Answer, EngineError, KindInfo, TaskHandle};
 use crate::streams::negotiated;
 
 /// `_meta` key tying a message to its task (2025-11-25).
@@ -158,6 +161,12 @@ fn mcp_status(task: &TaskInfo) -> (McpStatus, String) {
             McpStatus::Working,
             format!("paused at {progress}; resume_task (or the dashboard) continues it"),
         ),
+        Engine::InputRequired => (
+            McpStatus::InputRequired,
+            task.question
+                .as_ref()
+                .map_or_else(|| task.message.clone(), |q| q.message.clone()),
+        ),
         Engine::Completed => (McpStatus::Completed, task.message.clone()),
         Engine::Failed => (
             McpStatus::Failed,
@@ -211,9 +220,54 @@ pub(super) fn detailed_task(handle: &TaskHandle) -> DetailedTask {
             TaskPayload::Failed { error }
         }
         Engine::Cancelled => TaskPayload::Cancelled,
+        Engine::InputRequired => match task.question.as_ref().and_then(input_requests) {
+            Some(input_requests) => TaskPayload::InputRequired { input_requests },
+            None => TaskPayload::Working,
+        },
         Engine::Pending | Engine::Running | Engine::Paused => TaskPayload::Working,
     };
     DetailedTask::new(extension_task(handle), payload)
+}
+
+/// A task's open question as SEP-2663's `inputRequests`: one form elicitation, keyed by the
+/// question's id (unique over the task's life, as the extension requires of keys). `None` if
+/// the question's schema is not one an elicitation can carry.
+pub(super) fn input_requests(question: &Question) -> Option<InputRequests> {
+    let request = json!({
+        "method": "elicitation/create",
+        "params": {"mode": "form", "message": question.message, "requestedSchema": question.schema},
+    });
+    match serde_json::from_value::<InputRequest>(request) {
+        Ok(request) => Some([(question.id.clone(), request)].into()),
+        Err(e) => {
+            tracing::error!(question = question.id, error = %e, "a question is no elicitation");
+            None
+        }
+    }
+}
+
+/// What a person answered, from an elicitation result (`action`, `content`): `None` when they
+/// dismissed the question without answering (`cancel`), which leaves it open.
+pub(super) fn elicited_answer(result: &Value) -> Result<Option<Answer>, ApiError> {
+    match result["action"].as_str() {
+        Some("accept") => match &result["content"] {
+            Value::Object(content) => Ok(Some(Answer::Accept(Value::Object(content.clone())))),
+            _ => Err(ApiError::InvalidParams(ParamError::new(
+                "content",
+                "an accepted answer needs its content: an object with the fields the \
+                 question's requestedSchema asks for",
+            ))),
+        },
+        Some("decline") => Ok(Some(Answer::Decline)),
+        Some("cancel") => Ok(None),
+        _ => Err(ApiError::InvalidParams(ParamError::new(
+            "action",
+            format!(
+                "action must be \"accept\", \"decline\" or \"cancel\", got {}",
+                result["action"]
+            ),
+        ))),
+    }
 }
 
 /// What the task's tool call returns once it has ended: exactly what the plain call answers.

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use durable_shared::kinds::{DATA_PROCESSING, ProcessingParams, start_tool};
+use durable_shared::kinds::{DATA_PROCESSING, ParamError, ProcessingParams, start_tool};
 use durable_shared::{TaskInfo, TaskStatus, status_uri};
 use rmcp::handler::server::router::tool::ToolRoute;
 use rmcp::handler::server::tool::ToolCallContext;
@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::DurableServer;
 use super::error::ApiError;
-use crate::engine::{EngineError, KindInfo};
+use crate::engine::{Answer, EngineError, KindInfo};
 use crate::streams::{BINDING_META_KEY, CallBinding, CallId, StreamStore};
 
 /// Tasks `list_session_tasks` returns at most, newest first.
@@ -31,6 +31,29 @@ const SESSION_TASK_LIMIT: usize = 200;
 pub struct TaskIdParams {
     /// The task's id, as returned by the start_* tools (the last part of its task://status link).
     pub task_id: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct AnswerParams {
+    /// The task's id.
+    pub task_id: String,
+    /// The id of the question answered, as task://status/{task_id} shows it under
+    /// `question.id`: an answer to a question the task no longer asks is refused.
+    pub question_id: String,
+    /// "accept" to answer with `answer`, "decline" to refuse to answer.
+    #[serde(default)]
+    pub action: AnswerAction,
+    /// The answer: an object with the fields the question's schema asks for.
+    #[serde(default)]
+    pub answer: Option<serde_json::Map<String, Value>>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AnswerAction {
+    #[default]
+    Accept,
+    Decline,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -48,7 +71,8 @@ pub struct SessionTasksParams {
     /// Whose tasks to list. Defaults to the X-Client-Id header, then the MCP session id.
     #[serde(default)]
     pub client_id: Option<String>,
-    /// Only tasks with this status: pending, running, paused, completed, failed or cancelled.
+    /// Only tasks with this status: pending, running, paused, input_required, completed, failed
+    /// or cancelled.
     #[serde(default)]
     pub status: Option<String>,
 }
@@ -206,6 +230,41 @@ impl DurableServer {
         let task_id = params.task_id.trim();
         let outcome = match self.visible_task(task_id, &ctx).await {
             Ok(_) => self.shared.engine.pause(task_id).await,
+            Err(e) => Err(e),
+        };
+        tool_outcome(outcome.map(|task| task_json(&task)))
+    }
+
+    #[tool(
+        description = "Answer the question of a task waiting for input (status input_required; \
+        task://status/{task_id} shows the question, its id and the JSON schema of an answer). \
+        The answer is applied once and the task continues; a second answer is refused."
+    )]
+    async fn answer_task(
+        &self,
+        Parameters(params): Parameters<AnswerParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let task_id = params.task_id.trim();
+        let answer = match (params.action, params.answer) {
+            (AnswerAction::Decline, _) => Answer::Decline,
+            (AnswerAction::Accept, Some(answer)) => Answer::Accept(Value::Object(answer)),
+            (AnswerAction::Accept, None) => {
+                return ApiError::InvalidParams(ParamError::new(
+                    "answer",
+                    "answer is required to accept: an object with the fields the question's \
+                     schema asks for (or set action to \"decline\")",
+                ))
+                .into_tool_result();
+            }
+        };
+        let outcome = match self.visible_task(task_id, &ctx).await {
+            Ok(_) => {
+                self.shared
+                    .engine
+                    .answer(task_id, params.question_id.trim(), answer)
+                    .await
+            }
             Err(e) => Err(e),
         };
         tool_outcome(outcome.map(|task| task_json(&task)))
@@ -440,7 +499,10 @@ pub(crate) fn final_outcome(task: &TaskInfo) -> Option<CallToolResult> {
             "task {task_id} was cancelled after {}/{}",
             task.progress, task.total
         )),
-        TaskStatus::Paused | TaskStatus::Pending | TaskStatus::Running => None,
+        TaskStatus::Paused
+        | TaskStatus::Pending
+        | TaskStatus::Running
+        | TaskStatus::InputRequired => None,
     }
 }
 

@@ -28,6 +28,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use durable_shared::{CheckpointStats, TaskInfo, TaskStatus};
+use serde_json::Value;
 use tokio::sync::broadcast;
 
 pub use model::{
@@ -222,6 +223,21 @@ pub trait TaskRepo: Send + Sync {
     /// task was paused, cancelled or claimed by another worker): then nothing is written.
     async fn commit_step(&self, commit: StepCommit) -> Result<Option<TaskInfo>, StoreError>;
 
+    /// The task with its checkpoint, as a claim returns it, without claiming it.
+    async fn task_row(&self, id: &str) -> Result<Option<TaskRow>, StoreError>;
+
+    /// Applies an answer to question `question_id` of task `id`, in one conditional update:
+    /// if the task is `input_required` with that very question, stores `checkpoint` (the state
+    /// the answer made), clears the question and makes the task `pending`. Refused otherwise
+    /// (answered already, another question, or no longer waiting), so an answer is applied
+    /// at most once however many arrive at once.
+    async fn answer_question(
+        &self,
+        id: &str,
+        question_id: &str,
+        checkpoint: Value,
+    ) -> Result<Transition, StoreError>;
+
     /// Marks the task `failed` if `lease` is still its worker's.
     async fn fail_task(
         &self,
@@ -250,7 +266,7 @@ pub trait TaskRepo: Send + Sync {
 
     async fn status_counts(&self) -> Result<BTreeMap<TaskStatus, u64>, StoreError>;
 
-    /// How many unfinished (pending, running or paused) tasks `owner` has.
+    /// How many unfinished (pending, running, paused or input_required) tasks `owner` has.
     async fn unfinished_tasks_of(&self, owner: &str) -> Result<u64, StoreError>;
 
     async fn checkpoint_stats(&self) -> Result<CheckpointStats, StoreError>;

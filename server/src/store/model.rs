@@ -1,6 +1,6 @@
 //! What the repositories store and return, the same for every backend.
 
-use durable_shared::TaskInfo;
+use durable_shared::{Question, TaskInfo};
 use serde_json::Value;
 
 /// A task about to be stored, with its first checkpoint.
@@ -49,7 +49,11 @@ pub struct StepCommit {
     pub checkpoint: Value,
     pub progress: u64,
     pub message: String,
+    /// The kind's result: the step completes the task.
     pub result: Option<Value>,
+    /// The step ends asking this (and never with a result): the task waits as
+    /// `input_required`, without a worker, until the question is answered.
+    pub question: Option<Question>,
 }
 
 /// What a requested status change did.

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use durable_shared::TaskStatus;
+use durable_shared::{Steer, TaskStatus};
 use serde_json::json;
 
 use super::postgres::scratch::{ScratchDatabase, TEST_SERVER_VAR};
@@ -101,6 +101,7 @@ fn commit(id: &str, lease: i64, step: u64) -> StepCommit {
         progress: step,
         message: format!("step {step}"),
         result: None,
+        question: None,
     }
 }
 
@@ -251,6 +252,64 @@ contract! {
         );
         let row = store.get_task("a").await.unwrap().unwrap();
         assert_eq!(row.step, 1, "nothing was committed while paused");
+    }
+}
+
+contract! {
+    /// A step that asks leaves its task `input_required` with the question, for no worker to
+    /// claim; the answer to that very question makes it `pending` with the checkpoint the
+    /// answer made, once: an answer naming another question, or a second one, changes nothing.
+    /// A cancel clears the question, and a task waiting for input counts as unfinished.
+    async fn an_answer_is_applied_once_to_the_question_asked(fx) {
+        let store = fx.with_tasks(&["t", "c"]).await;
+        let question = |id: &str| durable_shared::Question {
+            id: id.into(),
+            message: "which one?".into(),
+            schema: json!({"type": "object", "properties": {"pick": {"type": "string"}}}),
+        };
+        for id in ["t", "c"] {
+            let row = store.claim_task(id, &node("n1")).await.unwrap().unwrap();
+            let mut asking = commit(id, row.lease, 1);
+            asking.question = Some(question("q1"));
+            let info = store.commit_step(asking).await.unwrap().unwrap();
+            assert_eq!(info.status, TaskStatus::InputRequired);
+            assert_eq!(info.question, Some(question("q1")));
+        }
+        assert_eq!(store.unfinished_tasks_of("o").await.unwrap(), 2);
+        assert!(
+            store.claim_task("t", &node("n2")).await.unwrap().is_none(),
+            "no worker takes a task that waits for input"
+        );
+        assert!(store.claimable_tasks(&node("n1"), true, 10).await.unwrap().is_empty());
+
+        let other = store.answer_question("t", "q0", json!({"answer": 0})).await.unwrap();
+        assert!(matches!(other, Transition::Refused(ref t) if t.status == TaskStatus::InputRequired));
+        let Transition::Applied(info) =
+            store.answer_question("t", "q1", json!({"answer": 1})).await.unwrap()
+        else {
+            panic!("the answer to the open question is applied");
+        };
+        assert_eq!((info.status, info.question), (TaskStatus::Pending, None));
+        let again = store.answer_question("t", "q1", json!({"answer": 2})).await.unwrap();
+        assert!(matches!(again, Transition::Refused(ref t) if t.status == TaskStatus::Pending));
+        let row = store.claim_task("t", &node("n1")).await.unwrap().unwrap();
+        assert_eq!(row.checkpoint, json!({"answer": 1}), "the first answer, once");
+        assert!(matches!(
+            store.answer_question("missing", "q1", json!({})).await.unwrap(),
+            Transition::NotFound
+        ));
+
+        let cancel = Steer::Cancel;
+        let Transition::Applied(cancelled) =
+            store.transition("c", cancel.from(), cancel.to()).await.unwrap()
+        else {
+            panic!("a task waiting for input can be cancelled");
+        };
+        assert_eq!((cancelled.status, cancelled.question), (TaskStatus::Cancelled, None));
+        assert!(matches!(
+            store.answer_question("c", "q1", json!({})).await.unwrap(),
+            Transition::Refused(_)
+        ));
     }
 }
 

@@ -10,6 +10,7 @@ mod batch;
 mod migration;
 mod processing;
 mod training;
+mod trip;
 
 use std::fmt;
 
@@ -21,10 +22,12 @@ pub use batch::{BatchParams, BatchProcessing};
 pub use migration::{DataMigration, MigrationParams};
 pub use processing::{DataProcessing, ProcessingParams};
 pub use training::{MlTraining, TrainingParams};
+pub use trip::{CHOOSE_HOTEL, CONFIRM_BOOKING, TripParams, TripPlanning};
 
 pub const DATA_MIGRATION: &str = DataMigration::NAME;
 pub const BATCH_PROCESSING: &str = BatchProcessing::NAME;
 pub const ML_TRAINING: &str = MlTraining::NAME;
+pub const TRIP_PLANNING: &str = TripPlanning::NAME;
 /// The in-request job of `resumable_data_processing`.
 pub const DATA_PROCESSING: &str = DataProcessing::NAME;
 

@@ -95,7 +95,7 @@ impl HandleRepo for Postgres {
         self.query(
             concat!(
                 live_handles!(),
-                " AND tasks.status IN ('pending', 'running', 'paused')"
+                " AND tasks.status IN ('pending', 'running', 'paused', 'input_required')"
             ),
             &[],
             read_handle,

@@ -136,6 +136,20 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE streams ADD COLUMN call_id TEXT;
     "#,
+    // 5: as SQLite's version 8: the `input_required` status and the question asked.
+    r#"
+    ALTER TABLE tasks DROP CONSTRAINT tasks_status_check;
+    ALTER TABLE tasks ADD CONSTRAINT tasks_status_check CHECK (status IN ('pending', 'running',
+        'paused', 'input_required', 'completed', 'failed', 'cancelled'));
+    ALTER TABLE tasks ADD COLUMN question TEXT;
+    DROP INDEX tasks_exclusive;
+    CREATE UNIQUE INDEX tasks_exclusive ON tasks (exclusive)
+        WHERE exclusive IS NOT NULL
+          AND status IN ('pending', 'running', 'paused', 'input_required');
+    DROP INDEX tasks_unfinished_by_owner;
+    CREATE INDEX tasks_unfinished_by_owner ON tasks (owner)
+        WHERE status IN ('pending', 'running', 'paused', 'input_required');
+    "#,
 ];
 
 /// The schema version this binary writes.

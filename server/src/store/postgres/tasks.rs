@@ -23,13 +23,13 @@ use crate::store::{
 macro_rules! info_columns {
     () => {
         "tasks.id, kind, owner, params, status, progress, total, message, step, result, error, \
-         created_at, updated_at, completed_at, node"
+         created_at, updated_at, completed_at, node, question"
     };
 }
 pub(super) use info_columns;
 
 /// How many columns [`info_columns!`] lists: the position of the first column after them.
-pub(super) const INFO_COUNT: usize = 15;
+pub(super) const INFO_COUNT: usize = 16;
 
 fn time(ms: i64) -> DateTime<Utc> {
     Utc.timestamp_millis_opt(ms).single().unwrap_or_default()
@@ -63,6 +63,10 @@ pub(super) fn read_info(row: &Row) -> Result<TaskInfo, StoreError> {
         step: unsigned(row, 8)?,
         percent: TaskInfo::percent_of(progress, total),
         node: row.try_get(14)?,
+        question: row
+            .try_get::<_, Option<&str>>(15)?
+            .map(serde_json::from_str)
+            .transpose()?,
     })
 }
 
@@ -97,7 +101,7 @@ macro_rules! insert {
          SELECT $1, $2, $3, $4, 'pending', $5, $6, 'queued', durable_now_ms(), durable_now_ms(), \
            $7 \
          WHERE (SELECT count(*) FROM tasks WHERE owner = $3 \
-           AND status IN ('pending', 'running', 'paused')) < $8"
+           AND status IN ('pending', 'running', 'paused', 'input_required')) < $8"
     };
 }
 
@@ -148,7 +152,7 @@ impl Postgres {
                 let holder = self
                     .query_opt(
                         "SELECT id FROM tasks WHERE exclusive = $1 \
-                         AND status IN ('pending', 'running', 'paused')",
+                         AND status IN ('pending', 'running', 'paused', 'input_required')",
                         &[key],
                         |row| Ok(row.try_get::<_, String>(0)?),
                     )
@@ -262,10 +266,10 @@ impl TaskRepo for Postgres {
     async fn commit_step(&self, commit: StepCommit) -> Result<Option<TaskInfo>, StoreError> {
         let checkpoint = commit.checkpoint.to_string();
         let (progress, step) = (signed(commit.progress)?, signed(commit.step)?);
-        match &commit.result {
+        match (&commit.result, &commit.question) {
             // Intermediate steps leave status and completion alone, so the indexes on them are
             // not rewritten on every step.
-            None => {
+            (None, None) => {
                 self.query_opt(
                     notifying!(
                         "UPDATE tasks SET checkpoint = $3, progress = $4, message = $5, \
@@ -285,7 +289,7 @@ impl TaskRepo for Postgres {
                 )
                 .await
             }
-            Some(result) => {
+            (Some(result), _) => {
                 self.query_opt(
                     notifying!(
                         "UPDATE tasks SET checkpoint = $3, progress = $4, message = $5, \
@@ -307,7 +311,70 @@ impl TaskRepo for Postgres {
                 )
                 .await
             }
+            (None, Some(question)) => {
+                self.query_opt(
+                    notifying!(
+                        "UPDATE tasks SET checkpoint = $3, progress = $4, message = $5, \
+                         step = $6, updated_at = durable_now_ms(), status = 'input_required', \
+                         question = $7, lease_expires_at = NULL \
+                         WHERE id = $1 AND lease = $2 AND status = 'running' RETURNING ",
+                        info_columns!()
+                    ),
+                    &[
+                        &commit.id,
+                        &commit.lease,
+                        &checkpoint,
+                        &progress,
+                        &commit.message,
+                        &step,
+                        &serde_json::to_string(question)?,
+                    ],
+                    read_info,
+                )
+                .await
+            }
         }
+    }
+
+    async fn task_row(&self, id: &str) -> Result<Option<TaskRow>, StoreError> {
+        self.query_opt(
+            concat!(
+                "SELECT ",
+                info_columns!(),
+                ", checkpoint, lease FROM tasks WHERE id = $1"
+            ),
+            &[&id],
+            read_row,
+        )
+        .await
+    }
+
+    async fn answer_question(
+        &self,
+        id: &str,
+        question_id: &str,
+        checkpoint: Value,
+    ) -> Result<Transition, StoreError> {
+        let applied = self
+            .query_opt(
+                notifying!(
+                    "UPDATE tasks SET status = 'pending', checkpoint = $3, question = NULL, \
+                     updated_at = durable_now_ms() \
+                     WHERE id = $1 AND status = 'input_required' \
+                       AND question::jsonb ->> 'id' = $2 RETURNING ",
+                    info_columns!()
+                ),
+                &[&id, &question_id, &checkpoint.to_string()],
+                read_info,
+            )
+            .await?;
+        Ok(match applied {
+            Some(info) => Transition::Applied(info),
+            None => match self.get_task(id).await? {
+                Some(info) => Transition::Refused(info),
+                None => Transition::NotFound,
+            },
+        })
     }
 
     async fn fail_task(
@@ -338,7 +405,7 @@ impl TaskRepo for Postgres {
         let applied = self
             .query_opt(
                 notifying!(
-                    "UPDATE tasks SET status = $2, updated_at = durable_now_ms(), \
+                    "UPDATE tasks SET status = $2, updated_at = durable_now_ms(), question = NULL, \
                      completed_at = CASE WHEN $3 THEN durable_now_ms() ELSE completed_at END \
                      WHERE id = $1 AND status = ANY($4) RETURNING ",
                     info_columns!()
@@ -388,7 +455,7 @@ impl TaskRepo for Postgres {
         let count = self
             .query_opt(
                 "SELECT count(*) FROM tasks WHERE owner = $1 \
-                 AND status IN ('pending', 'running', 'paused')",
+                 AND status IN ('pending', 'running', 'paused', 'input_required')",
                 &[&owner],
                 |row| unsigned(row, 0),
             )

@@ -125,7 +125,7 @@ impl HandleRepo for Sqlite {
         self.read(move |conn| {
             let mut stmt = conn.prepare_cached(concat!(
                 live_handles!(),
-                " AND tasks.status IN ('pending', 'running', 'paused')"
+                " AND tasks.status IN ('pending', 'running', 'paused', 'input_required')"
             ))?;
             let rows = stmt.query_map(rusqlite::named_params! {":now": now_ms()}, read_handle)?;
             Ok(rows.collect::<Result<_, _>>()?)

@@ -137,6 +137,53 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE streams ADD COLUMN call_id TEXT;
     "#,
+    // 8: tasks that wait for a person: the `input_required` status and the question asked.
+    // SQLite cannot change a CHECK constraint in place, so the table is rebuilt (its indexes
+    // go with it and are made again, the "unfinished" ones counting the new status).
+    r#"
+    CREATE TABLE tasks_v8 (
+        id           TEXT PRIMARY KEY,
+        kind         TEXT NOT NULL,
+        owner        TEXT NOT NULL,
+        params       TEXT NOT NULL,
+        status       TEXT NOT NULL CHECK (status IN ('pending', 'running', 'paused',
+                        'input_required', 'completed', 'failed', 'cancelled')),
+        progress     INTEGER NOT NULL DEFAULT 0,
+        total        INTEGER NOT NULL,
+        message      TEXT NOT NULL DEFAULT '',
+        checkpoint   TEXT NOT NULL,
+        step         INTEGER NOT NULL DEFAULT 0,
+        lease        INTEGER NOT NULL DEFAULT 0,
+        result       TEXT,
+        error        TEXT,
+        created_at   INTEGER NOT NULL,
+        updated_at   INTEGER NOT NULL,
+        completed_at INTEGER,
+        node         TEXT,
+        lease_expires_at INTEGER,
+        exclusive    TEXT,
+        question     TEXT
+    ) STRICT;
+    INSERT INTO tasks_v8 (id, kind, owner, params, status, progress, total, message,
+            checkpoint, step, lease, result, error, created_at, updated_at, completed_at, node,
+            lease_expires_at, exclusive)
+        SELECT id, kind, owner, params, status, progress, total, message, checkpoint, step,
+            lease, result, error, created_at, updated_at, completed_at, node,
+            lease_expires_at, exclusive
+        FROM tasks;
+    DROP TABLE tasks;
+    ALTER TABLE tasks_v8 RENAME TO tasks;
+    CREATE INDEX tasks_by_status ON tasks (status, created_at);
+    CREATE INDEX tasks_by_owner ON tasks (owner, created_at);
+    CREATE INDEX tasks_by_completion ON tasks (completed_at) WHERE completed_at IS NOT NULL;
+    CREATE UNIQUE INDEX tasks_exclusive ON tasks (exclusive)
+        WHERE exclusive IS NOT NULL
+          AND (status = 'pending' OR status = 'running' OR status = 'paused'
+               OR status = 'input_required');
+    CREATE INDEX tasks_unfinished_by_owner ON tasks (owner)
+        WHERE status = 'pending' OR status = 'running' OR status = 'paused'
+           OR status = 'input_required';
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -26,13 +26,13 @@ use crate::store::{
 macro_rules! info_columns {
     () => {
         "id, kind, owner, params, status, progress, total, message, step, result, error, \
-         created_at, updated_at, completed_at, node"
+         created_at, updated_at, completed_at, node, question"
     };
 }
 pub(super) use info_columns;
 
 /// How many columns [`info_columns!`] lists: the position of the first column after them.
-pub(super) const INFO_COUNT: usize = 15;
+pub(super) const INFO_COUNT: usize = 16;
 
 fn time(ms: i64) -> DateTime<Utc> {
     Utc.timestamp_millis_opt(ms).single().unwrap_or_default()
@@ -71,6 +71,17 @@ pub(super) fn read_info(row: &Row<'_>) -> rusqlite::Result<TaskInfo> {
         step: row.get(8)?,
         percent: TaskInfo::percent_of(progress, total),
         node: row.get(14)?,
+        question: row
+            .get::<_, Option<String>>(15)?
+            .map(|text| serde_json::from_str(&text))
+            .transpose()
+            .map_err(|e| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    15,
+                    rusqlite::types::Type::Text,
+                    Box::new(e),
+                )
+            })?,
     })
 }
 
@@ -221,20 +232,37 @@ impl TaskRepo for Sqlite {
         self.write(move |conn| {
             // Intermediate steps leave status and completion alone, so the indexes on them are
             // not rewritten on every step.
-            let mut stmt = match commit.result {
-                None => conn.prepare_cached(concat!(
-                    "UPDATE tasks SET checkpoint = ?3, progress = ?4, message = ?5, step = ?6, \
-                     updated_at = ?7 \
-                     WHERE id = ?1 AND lease = ?2 AND status = 'running' RETURNING ",
-                    info_columns!()
-                ))?,
-                Some(_) => conn.prepare_cached(concat!(
-                    "UPDATE tasks SET checkpoint = ?3, progress = ?4, message = ?5, step = ?6, \
-                     updated_at = ?7, completed_at = ?7, status = 'completed', result = ?8 \
-                     WHERE id = ?1 AND lease = ?2 AND status = 'running' RETURNING ",
-                    info_columns!()
-                ))?,
+            let (sql, last) = match (&commit.result, &commit.question) {
+                (None, None) => (
+                    concat!(
+                        "UPDATE tasks SET checkpoint = ?3, progress = ?4, message = ?5, step = ?6, \
+                         updated_at = ?7 \
+                         WHERE id = ?1 AND lease = ?2 AND status = 'running' RETURNING ",
+                        info_columns!()
+                    ),
+                    None,
+                ),
+                (Some(result), _) => (
+                    concat!(
+                        "UPDATE tasks SET checkpoint = ?3, progress = ?4, message = ?5, step = ?6, \
+                         updated_at = ?7, completed_at = ?7, status = 'completed', result = ?8 \
+                         WHERE id = ?1 AND lease = ?2 AND status = 'running' RETURNING ",
+                        info_columns!()
+                    ),
+                    Some(result.to_string()),
+                ),
+                (None, Some(question)) => (
+                    concat!(
+                        "UPDATE tasks SET checkpoint = ?3, progress = ?4, message = ?5, step = ?6, \
+                         updated_at = ?7, status = 'input_required', question = ?8, \
+                         lease_expires_at = NULL \
+                         WHERE id = ?1 AND lease = ?2 AND status = 'running' RETURNING ",
+                        info_columns!()
+                    ),
+                    Some(serde_json::to_string(question)?),
+                ),
             };
+            let mut stmt = conn.prepare_cached(sql)?;
             let checkpoint = commit.checkpoint.to_string();
             let (id, lease, progress, step, now) = (
                 &commit.id,
@@ -243,12 +271,12 @@ impl TaskRepo for Sqlite {
                 commit.step,
                 now_ms(),
             );
-            let info = match &commit.result {
+            let info = match last {
                 None => stmt.query_row(
                     params![id, lease, checkpoint, progress, commit.message, step, now],
                     read_info,
                 ),
-                Some(result) => stmt.query_row(
+                Some(last) => stmt.query_row(
                     params![
                         id,
                         lease,
@@ -257,12 +285,57 @@ impl TaskRepo for Sqlite {
                         commit.message,
                         step,
                         now,
-                        result.to_string()
+                        last
                     ],
                     read_info,
                 ),
             };
             Ok(info.optional()?)
+        })
+        .await
+    }
+
+    async fn task_row(&self, id: &str) -> Result<Option<TaskRow>, StoreError> {
+        let id = id.to_owned();
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(concat!(
+                "SELECT ",
+                info_columns!(),
+                ", checkpoint, lease FROM tasks WHERE id = ?1"
+            ))?;
+            Ok(stmt.query_row([id], read_row).optional()?)
+        })
+        .await
+    }
+
+    async fn answer_question(
+        &self,
+        id: &str,
+        question_id: &str,
+        checkpoint: Value,
+    ) -> Result<Transition, StoreError> {
+        let (id, question_id) = (id.to_owned(), question_id.to_owned());
+        self.write(move |conn| {
+            let applied = conn
+                .prepare_cached(concat!(
+                    "UPDATE tasks SET status = 'pending', checkpoint = ?3, question = NULL, \
+                     updated_at = ?4 \
+                     WHERE id = ?1 AND status = 'input_required' \
+                       AND json_extract(question, '$.id') = ?2 RETURNING ",
+                    info_columns!()
+                ))?
+                .query_row(
+                    params![id, question_id, checkpoint.to_string(), now_ms()],
+                    read_info,
+                )
+                .optional()?;
+            Ok(match applied {
+                Some(info) => Transition::Applied(info),
+                None => match select_info(conn, &id)? {
+                    Some(info) => Transition::Refused(info),
+                    None => Transition::NotFound,
+                },
+            })
         })
         .await
     }
@@ -300,7 +373,7 @@ impl TaskRepo for Sqlite {
             let now = now_ms();
             let completed_at = to.is_terminal().then_some(now);
             let sql = format!(
-                "UPDATE tasks SET status = ?2, updated_at = ?3, \
+                "UPDATE tasks SET status = ?2, updated_at = ?3, question = NULL, \
                  completed_at = COALESCE(?4, completed_at) \
                  WHERE id = ?1 AND status IN ({}) RETURNING {}",
                 in_list(from),
@@ -445,7 +518,8 @@ fn insert(conn: &Connection, task: &NewTask) -> Result<(), StoreError> {
         let holder: Option<String> = conn
             .prepare_cached(
                 "SELECT id FROM tasks WHERE exclusive = ?1 AND exclusive IS NOT NULL \
-                 AND (status = 'pending' OR status = 'running' OR status = 'paused')",
+                 AND (status = 'pending' OR status = 'running' OR status = 'paused' \
+                 OR status = 'input_required')",
             )?
             .query_row([key], |row| row.get(0))
             .optional()?;
@@ -486,7 +560,8 @@ fn unfinished_of(conn: &Connection, owner: &str) -> Result<u64, StoreError> {
     Ok(conn
         .prepare_cached(
             "SELECT count(*) FROM tasks WHERE owner = ?1 \
-             AND (status = 'pending' OR status = 'running' OR status = 'paused')",
+             AND (status = 'pending' OR status = 'running' OR status = 'paused' \
+             OR status = 'input_required')",
         )?
         .query_row([owner], |row| row.get(0))?)
 }

@@ -1,15 +1,18 @@
 //! The task lifecycle as a state machine, checked against a model: random sequences of what
 //! workers, clients and restarts do to one task (claims by two nodes, step commits and
-//! completion under current or stale leases, failures, pause, resume and cancel, lease
-//! renewals, a node handing its leases back, a process restarting on the SQLite file) are
+//! completion under current or stale leases, questions asked and answered, failures, pause,
+//! resume and cancel, lease renewals, a node handing its leases back, a process restarting on
+//! the SQLite file) are
 //! applied to the store and to a few lines of plain Rust, and after every operation both agree
 //! on whether it was applied and on the task's status and step.
 //!
 //! The model is the rules as `ARCHITECTURE.md` states them: pause from `pending` or
 //! `running`, resume from `paused`, cancel from any unfinished status (the store is asked with
 //! [`Steer`]'s table, so a change to the table shows as a disagreement); a claim takes a `pending` task, or a `running` one whose lease lapsed or
-//! is its own node's, and bumps the attempt; a step commit or a failure needs the current
-//! attempt on a `running` task; a terminal status is never left.
+//! is its own node's, and bumps the attempt; a step commit (one that asks a question too, which
+//! leaves the task `input_required`) or a failure needs the current attempt on a `running`
+//! task; an answer needs the question asked last to be open, and makes the task `pending`; a
+//! terminal status is never left.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -30,6 +33,10 @@ enum Op {
     Commit { stale: bool, last: bool },
     /// The latest worker (or the one before it) reports the step failed.
     Fail { stale: bool },
+    /// The latest worker (or the one before it) commits a step that asks a question.
+    Ask { stale: bool },
+    /// A person answers the question asked last (or, `earlier`, the one before it).
+    Answer { earlier: bool },
     /// A client pauses, resumes or cancels.
     Steer(Steer),
     /// `node` renews the lease of the latest attempt (or of the one before it).
@@ -46,6 +53,8 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (any::<bool>(), prop::bool::weighted(0.15))
             .prop_map(|(stale, last)| Op::Commit { stale, last }),
         1 => any::<bool>().prop_map(|stale| Op::Fail { stale }),
+        2 => any::<bool>().prop_map(|stale| Op::Ask { stale }),
+        2 => prop::bool::weighted(0.2).prop_map(|earlier| Op::Answer { earlier }),
         3 => prop::sample::select(Steer::ALL.to_vec()).prop_map(Op::Steer),
         1 => (0..2usize, any::<bool>()).prop_map(|(node, stale)| Op::Renew { node, stale }),
         1 => (0..2usize).prop_map(Op::Release),
@@ -64,6 +73,8 @@ struct Model {
     /// Whether that lease was released (a restart, a graceful stop): anyone may claim.
     lapsed: bool,
     step: u64,
+    /// Questions asked so far; the last one is open while the task is `input_required`.
+    asked: u64,
     /// Whether a restart releases every lease: on SQLite (one process owns the file); on
     /// PostgreSQL another node's lease lapses only by the clock.
     restart_releases: bool,
@@ -77,6 +88,7 @@ impl Model {
             node: None,
             lapsed: false,
             step: 0,
+            asked: 0,
             restart_releases,
         }
     }
@@ -115,6 +127,22 @@ impl Model {
                 let ok = self.holds(lease_of(stale));
                 if ok {
                     self.status = TaskStatus::Failed;
+                }
+                ok
+            }
+            Op::Ask { stale } => {
+                let ok = self.holds(lease_of(stale));
+                if ok {
+                    self.step += 1;
+                    self.asked += 1;
+                    self.status = TaskStatus::InputRequired;
+                }
+                ok
+            }
+            Op::Answer { earlier } => {
+                let ok = self.status == TaskStatus::InputRequired && !earlier;
+                if ok {
+                    self.status = TaskStatus::Pending;
                 }
                 ok
             }
@@ -177,6 +205,23 @@ async fn apply(store: &Store, id: &str, nodes: &[Claimant; 2], model: &Model, op
             .await
             .unwrap()
             .is_some(),
+        Op::Ask { stale } => {
+            let mut commit = commit(id, lease_of(stale), model.step + 1);
+            commit.question = Some(question(model.asked + 1));
+            store.commit_step(commit).await.unwrap().is_some()
+        }
+        Op::Answer { earlier } => {
+            let asked = if earlier {
+                model.asked.saturating_sub(1)
+            } else {
+                model.asked
+            };
+            let answered = store
+                .answer_question(id, &question(asked).id, json!({"answer": asked}))
+                .await
+                .unwrap();
+            matches!(answered, Transition::Applied(_))
+        }
         Op::Steer(steer) => match store
             .transition(id, steer.from(), steer.to())
             .await
@@ -206,6 +251,15 @@ async fn apply(store: &Store, id: &str, nodes: &[Claimant; 2], model: &Model, op
             store.release_stale_leases().await.unwrap();
             true
         }
+    }
+}
+
+/// The `n`th question a task asks.
+fn question(n: u64) -> durable_shared::Question {
+    durable_shared::Question {
+        id: format!("q{n}"),
+        message: format!("question {n}"),
+        schema: json!({"type": "object"}),
     }
 }
 
@@ -243,6 +297,9 @@ fn check_model(runtime: &tokio::runtime::Runtime, fixture: &Fixture, cases: u32)
                 let task = store.get_task(&id).await.unwrap().unwrap();
                 prop_assert_eq!(task.status, model.status, "after op {} {:?}", i, op);
                 prop_assert_eq!(task.step, model.step, "after op {} {:?}", i, op);
+                let open =
+                    (model.status == TaskStatus::InputRequired).then(|| question(model.asked));
+                prop_assert_eq!(task.question, open, "after op {} {:?}", i, op);
                 if before.status.is_terminal() {
                     prop_assert_eq!(task.status, before.status, "a terminal status was left");
                 }
