@@ -87,7 +87,8 @@ pub enum TaskCommand {
     Watch { task_id: String },
     /// List tasks, newest first.
     List {
-        /// Only tasks with this status (pending, running, paused, completed, failed, cancelled).
+        /// Only tasks with this status (pending, running, paused, input_required, completed,
+        /// failed, cancelled).
         #[arg(long)]
         status: Option<String>,
         /// Only this client's tasks.
@@ -102,4 +103,16 @@ pub enum TaskCommand {
     Resume { task_id: String },
     /// Cancel a task for good.
     Cancel { task_id: String },
+    /// Answer the question of a task that waits for input (status input_required). Without
+    /// --answer or --decline it shows the question and asks for each field on the terminal.
+    Answer {
+        task_id: String,
+        /// The answer as a JSON object with the fields the question asks for, e.g.
+        /// '{"hotel": "Harbour View Lisbon"}'.
+        #[arg(long, value_name = "JSON", conflicts_with = "decline")]
+        answer: Option<String>,
+        /// Decline to answer.
+        #[arg(long)]
+        decline: bool,
+    },
 }

@@ -1,7 +1,9 @@
-//! Following work as it happens: `task watch` (a task's status resource, by subscription) and
+//! Following work as it happens: `task watch` (a task's status resource, by subscription; a
+//! question the task asks is asked on the terminal) and
 //! `process` (the progress notifications of a long call), with a progress bar for people and
 //! one JSON line per update with `--json`.
 
+use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use durable_shared::kinds::PROCESSING_TOOL;
@@ -17,6 +19,7 @@ use serde_json::{Value, json};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::mpsc;
 
+use super::answer::ask_on_terminal;
 use super::{Client, Failure, Outcome, TASK_CANCELLED, TASK_FAILED, decode, describe, tool_text};
 
 /// How long `watch` keeps trying to reach a server that went away (e.g. while it restarts).
@@ -106,6 +109,8 @@ impl Client {
         let bar = bar(task.total, self.args.json);
         let mut notes = self.notes.lock().await;
         let mut reached = Instant::now();
+        // The question last shown, so that each is asked once while it stays open.
+        let mut asked: Option<String> = None;
         loop {
             bar.set_length(task.total);
             bar.set_position(task.progress);
@@ -115,6 +120,36 @@ impl Client {
                     "{}",
                     json!({"task_id": task.task_id, "status": task.status, "progress": task.progress, "total": task.total, "message": task.message})
                 );
+            }
+            if let Some(question) = task
+                .question
+                .as_ref()
+                .filter(|q| asked.as_ref() != Some(&q.id))
+            {
+                asked = Some(question.id.clone());
+                // A person at a terminal answers here; anyone else is told how to.
+                if !self.args.json && std::io::stdin().is_terminal() {
+                    let answer = bar.suspend(|| ask_on_terminal(question))?;
+                    let arguments = json!({"task_id": task_id, "question_id": question.id,
+                                           "answer": answer});
+                    match self.call("answer_task", arguments).await {
+                        Ok(_) => {}
+                        // Refused (answered elsewhere, or a field out of bounds): shown, and
+                        // the question asked again while it is open.
+                        Err(Failure::Refused(reason)) => {
+                            bar.suspend(|| eprintln!("{reason}"));
+                            asked = None;
+                        }
+                        Err(other) => return Err(other),
+                    }
+                } else if !self.args.json {
+                    bar.suspend(|| {
+                        eprintln!(
+                            "task {task_id} asks: {}\n  answer with: durable-mcp task answer {task_id}",
+                            question.message
+                        )
+                    });
+                }
             }
             if task.status.is_terminal() {
                 bar.finish();

@@ -8,6 +8,7 @@
 //! reached, 4 the watched task failed, 5 it was cancelled, 130 interrupted by Ctrl-C (the task
 //! keeps running on the server).
 
+mod answer;
 pub mod args;
 mod follow;
 mod forms;
@@ -313,6 +314,11 @@ impl Client {
             Action::Task(TaskCommand::Cancel { task_id }) => {
                 self.steer("cancel_task", &task_id).await?
             }
+            Action::Task(TaskCommand::Answer {
+                task_id,
+                answer,
+                decline,
+            }) => self.answer(&task_id, answer.as_deref(), decline).await?,
         }
         Ok(())
     }
@@ -375,6 +381,12 @@ fn describe(task: &TaskInfo) -> String {
     );
     if let Some(error) = &task.error {
         out.push_str(&format!("\nerror    {error}"));
+    }
+    if let Some(question) = &task.question {
+        out.push_str(&format!(
+            "\nasks     {} ({}; answer with `durable-mcp task answer {}`)",
+            question.message, question.id, task.task_id
+        ));
     }
     if let Some(result) = &task.result_data {
         out.push_str(&format!("\nresult   {result}"));

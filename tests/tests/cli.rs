@@ -449,3 +449,112 @@ async fn watch_reports_the_end_of_a_task_in_its_exit_code_and_survives_a_server_
         "cancelled exits with 5"
     );
 }
+
+/// The task once it asks question `question_id`.
+async fn wait_question(server: &Server, state: &Path, task_id: &str, question_id: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let task = json(&cli(server, state, &["task", "show", task_id, "--json"]).await);
+        if task["question"]["id"] == question_id {
+            return task;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never asked {question_id}: {task}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Runs the client like [`cli`], with `input` on its standard input (a person typing answers).
+async fn cli_typing(server: &Server, state: &Path, args: &[&str], input: &str) -> Output {
+    use tokio::io::AsyncWriteExt;
+    let mut child = Command::new(server_binary())
+        .args(args)
+        .args(["--server", &server.mcp_url(), "--state-file"])
+        .arg(state)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the client starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(input.as_bytes()).await.unwrap();
+    drop(stdin);
+    within(IO_TIMEOUT, "the client to answer", child.wait_with_output())
+        .await
+        .expect("the client's output")
+}
+
+/// `task answer` asks the question's fields on the terminal (a choice, then yes/no), the task's
+/// question survives a SIGKILL between the two, and answering a task that asks nothing is
+/// refused with exit code 1.
+#[tokio::test]
+async fn a_question_is_answered_from_the_terminal_across_a_server_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), &["--time-scale", "0.005"]).await;
+    let state = dir.path().join("client.json");
+    let started = json(
+        &cli(
+            &server,
+            &state,
+            &[
+                "task",
+                "start",
+                "trip-planning",
+                "--destination",
+                "Lisbon",
+                "--start-date",
+                "2027-05-14",
+                "--budget",
+                "900",
+                "--json",
+            ],
+        )
+        .await,
+    );
+    let id = started["task_id"].as_str().unwrap().to_owned();
+    let waiting = wait_question(&server, &state, &id, "choose_hotel").await;
+    let hotel = waiting["question"]["schema"]["properties"]["hotel"]["enum"][0]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let answered = cli_typing(
+        &server,
+        &state,
+        &["task", "answer", &id],
+        &format!("{hotel}\n"),
+    )
+    .await;
+    assert!(answered.status.success(), "{answered:?}");
+    let prompt = String::from_utf8_lossy(&answered.stderr);
+    assert!(prompt.contains("Which hotel in Lisbon"), "{prompt}");
+    assert!(
+        prompt.contains(&format!("Hotel [one of: {hotel}")),
+        "{prompt}"
+    );
+
+    let confirm = wait_question(&server, &state, &id, "confirm_booking").await;
+    server.kill9().await;
+    server.restart().await;
+    let kept = json(&cli(&server, &state, &["task", "show", &id, "--json"]).await);
+    assert_eq!(
+        kept["question"], confirm["question"],
+        "the question outlives the kill"
+    );
+    let answered = cli_typing(&server, &state, &["task", "answer", &id], "yes\n").await;
+    assert!(answered.status.success(), "{answered:?}");
+    let done = wait_status(&server, &state, &id, "completed").await;
+    assert_eq!(done["result_data"]["hotel"], Value::String(hotel));
+    assert_eq!(done["result_data"]["booked"], Value::Bool(true));
+    assert_eq!(done["result_data"]["answers_applied"], 2);
+
+    let again = cli(&server, &state, &["task", "answer", &id, "--decline"]).await;
+    assert_eq!(again.status.code(), Some(1), "{again:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&again.stderr).trim(),
+        format!("error: task {id} asks nothing: it is completed")
+    );
+}
