@@ -55,7 +55,7 @@ async fn the_inspector_cli_lists_calls_and_reads() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path(), &["--time-scale", "0.01"]).await;
     let tools = json(&inspector(&server, &["--method", "tools/list"]).await);
-    assert_eq!(tools["tools"].as_array().unwrap().len(), 14);
+    assert_eq!(tools["tools"].as_array().unwrap().len(), 17);
     // The Inspector CLI has no resources/subscribe; it lists what can be followed instead.
     let templates = json(&inspector(&server, &["--method", "resources/templates/list"]).await);
     assert_eq!(templates["resourceTemplates"].as_array().unwrap().len(), 2);

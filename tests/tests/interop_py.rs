@@ -42,7 +42,7 @@ async fn the_python_sdk_client_lists_starts_follows_and_gets_errors() {
         report["connect_seconds"].as_f64().unwrap() < 5.0,
         "the discover probe must not wait for its timeout: {report}"
     );
-    assert_eq!(report["tools"].as_array().unwrap().len(), 14);
+    assert_eq!(report["tools"].as_array().unwrap().len(), 17);
     assert_eq!(report["final_status"], "completed");
     // The SDK read the result an uninterrupted run computes (the digest covers every item).
     let (_clean_dir, _clean_server, clean) = durable_tests::uninterrupted(

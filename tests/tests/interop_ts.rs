@@ -127,7 +127,7 @@ async fn the_typescript_sdk_lists_starts_subscribes_follows_and_gets_errors() {
         String::from_utf8_lossy(&output.stderr)
     );
     let report: Value = serde_json::from_slice(&output.stdout).expect("a JSON report");
-    assert_eq!(report["tools"].as_array().unwrap().len(), 14);
+    assert_eq!(report["tools"].as_array().unwrap().len(), 17);
     assert_eq!(report["final_status"], "completed");
     assert_eq!(report["processed"], 5);
     assert!(

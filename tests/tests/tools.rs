@@ -49,6 +49,9 @@ async fn every_tool_is_listed_with_a_described_bounded_schema() {
         "run_data_migration",
         "run_batch_processing",
         "run_ml_training",
+        "start_trip_planning",
+        "run_trip_planning",
+        "answer_task",
     ]
     .into();
     assert_eq!(names, expected);
@@ -378,7 +381,7 @@ async fn bad_input_gets_specific_errors_and_the_session_keeps_working() {
         (
             "list_session_tasks",
             json!({"status": "done"}),
-            "unknown task status \"done\"; valid statuses are: pending, running, paused, completed, failed, cancelled",
+            "unknown task status \"done\"; valid statuses are: pending, running, paused, input_required, completed, failed, cancelled",
         ),
     ];
     for (tool, args, expected) in cases {
