@@ -9,7 +9,7 @@ use durable_tests::raw::{EventExt, RawSession, Sse};
 use durable_tests::{IO_TIMEOUT, Server, within};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientCapabilities, ClientConfig,
-    GetTaskParams, Implementation, TaskPayload, TaskStatus,
+    GetTaskParams, Implementation, TaskPayload, TaskStatus, UpdateTaskParams,
 };
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{ClientHandler, ServiceExt};
@@ -618,6 +618,103 @@ async fn the_extension_shape_through_rmcps_client() {
         .await
         .expect_err("unknown task");
     assert!(unknown.to_string().contains("unknown task"), "{unknown}");
+    within(IO_TIMEOUT, "close", client.cancel())
+        .await
+        .expect("close");
+}
+
+/// A task-augmented trip through SEP-2663: `tasks/get` shows each question as `inputRequests`
+/// (a form elicitation under the question's id), `tasks/update` answers it (a response under any
+/// other key is ignored, as the extension says), and the task completes with both answers
+/// applied once.
+#[tokio::test]
+async fn the_extension_shows_questions_as_input_requests_and_takes_answers_by_update() {
+    let (_dir, server) = server(&["--time-scale", "0.01"]).await;
+    let transport = StreamableHttpClientTransport::from_uri(server.mcp_url());
+    let client = within(IO_TIMEOUT, "initialize", TasksClient.serve(transport))
+        .await
+        .expect("initialize");
+    let Value::Object(args) =
+        json!({"destination": "Lisbon", "start_date": "2027-05-14", "budget": 900})
+    else {
+        unreachable!()
+    };
+    let params = CallToolRequestParams::new("run_trip_planning").with_arguments(args);
+    let response = within(IO_TIMEOUT, "tools/call", client.call_tool_once(params))
+        .await
+        .expect("tools/call");
+    let CallToolResponse::Task(created) = response else {
+        panic!("expected a task, got {response:?}")
+    };
+    let task_id = created.task.task_id.clone();
+    let asking = |key: &'static str| {
+        let client = &client;
+        let task_id = task_id.clone();
+        within(Duration::from_secs(60), key, async move {
+            loop {
+                let task = client
+                    .get_task(GetTaskParams::new(task_id.clone()))
+                    .await
+                    .expect("tasks/get")
+                    .task;
+                if let TaskPayload::InputRequired { input_requests } = &task.payload
+                    && input_requests.contains_key(key)
+                {
+                    return serde_json::to_value(&input_requests[key]).expect("request JSON");
+                }
+                assert!(!task.status().is_terminal(), "{task:?}");
+                tokio::time::sleep(POLL).await;
+            }
+        })
+    };
+    let update = |responses: Value| {
+        let responses = serde_json::from_value(responses).expect("input responses");
+        within(
+            IO_TIMEOUT,
+            "tasks/update",
+            client.update_task(UpdateTaskParams::new(task_id.clone(), responses)),
+        )
+    };
+
+    let request = asking("choose_hotel").await;
+    assert_eq!(request["method"], "elicitation/create");
+    assert!(
+        request["params"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("Which hotel in Lisbon")),
+        "{request}"
+    );
+    let hotel = request["params"]["requestedSchema"]["properties"]["hotel"]["enum"][1].clone();
+    update(json!({"not_asked": {"action": "accept", "content": {"hotel": "x"}}}))
+        .await
+        .expect("an unknown key is ignored");
+    update(json!({"choose_hotel": {"action": "accept", "content": {"hotel": hotel}}}))
+        .await
+        .expect("tasks/update");
+    asking("confirm_booking").await;
+    update(json!({"confirm_booking": {"action": "accept", "content": {"book": true}}}))
+        .await
+        .expect("tasks/update");
+    let done = within(Duration::from_secs(60), "completion", async {
+        loop {
+            let task = client
+                .get_task(GetTaskParams::new(task_id.clone()))
+                .await
+                .expect("tasks/get")
+                .task;
+            if task.status().is_terminal() {
+                return task;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    })
+    .await;
+    let TaskPayload::Completed { result } = &done.payload else {
+        panic!("expected completed, got {done:?}")
+    };
+    let trip = &result["structuredContent"];
+    assert_eq!((&trip["hotel"], &trip["booked"]), (&hotel, &json!(true)));
+    assert_eq!(trip["answers_applied"], 2, "each answer applied once");
     within(IO_TIMEOUT, "close", client.cancel())
         .await
         .expect("close");
