@@ -169,6 +169,20 @@ impl Postgres {
     }
 }
 
+impl Postgres {
+    /// What a conditional update of task `id` did: applied (`applied` is the row it returned),
+    /// or refused, with how the task stands, or the task does not exist.
+    async fn outcome(&self, id: &str, applied: Option<TaskInfo>) -> Result<Transition, StoreError> {
+        Ok(match applied {
+            Some(info) => Transition::Applied(info),
+            None => match self.get_task(id).await? {
+                Some(info) => Transition::Refused(info),
+                None => Transition::NotFound,
+            },
+        })
+    }
+}
+
 #[async_trait]
 impl TaskRepo for Postgres {
     async fn insert_task(&self, task: NewTask) -> Result<TaskInfo, StoreError> {
@@ -368,13 +382,7 @@ impl TaskRepo for Postgres {
                 read_info,
             )
             .await?;
-        Ok(match applied {
-            Some(info) => Transition::Applied(info),
-            None => match self.get_task(id).await? {
-                Some(info) => Transition::Refused(info),
-                None => Transition::NotFound,
-            },
-        })
+        self.outcome(id, applied).await
     }
 
     async fn fail_task(
@@ -414,13 +422,7 @@ impl TaskRepo for Postgres {
                 read_info,
             )
             .await?;
-        Ok(match applied {
-            Some(info) => Transition::Applied(info),
-            None => match self.get_task(id).await? {
-                Some(info) => Transition::Refused(info),
-                None => Transition::NotFound,
-            },
-        })
+        self.outcome(id, applied).await
     }
 
     async fn get_task(&self, id: &str) -> Result<Option<TaskInfo>, StoreError> {

@@ -103,6 +103,22 @@ fn select_info(conn: &Connection, id: &str) -> Result<Option<TaskInfo>, StoreErr
     Ok(stmt.query_row([id], read_info).optional()?)
 }
 
+/// What a conditional update of task `id` did: applied (`applied` is the row it returned), or
+/// refused, with how the task stands, or the task does not exist.
+fn outcome(
+    conn: &Connection,
+    id: &str,
+    applied: Option<TaskInfo>,
+) -> Result<Transition, StoreError> {
+    Ok(match applied {
+        Some(info) => Transition::Applied(info),
+        None => match select_info(conn, id)? {
+            Some(info) => Transition::Refused(info),
+            None => Transition::NotFound,
+        },
+    })
+}
+
 fn in_list(statuses: &[TaskStatus]) -> String {
     let names: Vec<String> = statuses.iter().map(|s| format!("'{s}'")).collect();
     names.join(", ")
@@ -329,13 +345,7 @@ impl TaskRepo for Sqlite {
                     read_info,
                 )
                 .optional()?;
-            Ok(match applied {
-                Some(info) => Transition::Applied(info),
-                None => match select_info(conn, &id)? {
-                    Some(info) => Transition::Refused(info),
-                    None => Transition::NotFound,
-                },
-            })
+            outcome(conn, &id, applied)
         })
         .await
     }
@@ -383,13 +393,7 @@ impl TaskRepo for Sqlite {
                 .prepare_cached(&sql)?
                 .query_row(params![id, to.as_str(), now, completed_at], read_info)
                 .optional()?;
-            Ok(match applied {
-                Some(info) => Transition::Applied(info),
-                None => match select_info(conn, &id)? {
-                    Some(info) => Transition::Refused(info),
-                    None => Transition::NotFound,
-                },
-            })
+            outcome(conn, &id, applied)
         })
         .await
     }
