@@ -81,6 +81,9 @@ enum Fault {
     /// The connection broke or the server answered 5xx while it was being killed or restarted:
     /// a client retries. Says what the cut looked like, for the report if cuts go on.
     Cut(String),
+    /// A resumption refused with 410 because nothing will answer the call any more (its
+    /// handler died with a killed server before the answer was stored): the client calls again.
+    Gone,
     /// Anything else: counted as an error.
     Wrong(String),
 }
@@ -161,6 +164,8 @@ impl Target {
         let status = response.status();
         if status.is_success() {
             Ok(response)
+        } else if status == reqwest::StatusCode::GONE {
+            Err(Fault::Gone)
         } else {
             Err(self.explain(generation, format!("HTTP {status}")))
         }
@@ -250,6 +255,9 @@ struct Tally {
     cut: AtomicU64,
     /// Calls dropped on purpose and resumed with Last-Event-ID.
     dropped: AtomicU64,
+    /// Calls whose resumption was refused (410: killed before anything could answer them) and
+    /// that were sent again.
+    called_again: AtomicU64,
     /// Operations not started because `MAX_IN_FLIGHT` were still waiting.
     skipped: AtomicU64,
 }
@@ -308,6 +316,10 @@ impl Soak {
                             self.tally.error(format!("opening a session: {e}"));
                             break;
                         }
+                        Fault::Gone => {
+                            self.tally.error("opening a session: HTTP 410 Gone".into());
+                            break;
+                        }
                     },
                     Err(_) => {
                         self.tally.error("opening a session timed out".into());
@@ -347,6 +359,7 @@ impl Soak {
     async fn after(&self, fault: Fault, what: &str, deadline: Instant) -> Result<(), String> {
         match fault {
             Fault::Wrong(e) => Err(format!("{what}: {e}")),
+            Fault::Gone => Err(format!("{what}: HTTP 410 Gone")),
             Fault::Cut(_) if Instant::now() < deadline => {
                 self.tally.cut.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -408,6 +421,10 @@ impl Soak {
             match attempt.await {
                 Ok(Some(answer)) => break answer,
                 Ok(None) => {}
+                Err(Fault::Gone) => {
+                    self.tally.called_again.fetch_add(1, Ordering::Relaxed);
+                    last_id = None;
+                }
                 Err(fault) => {
                     if let Err(e) = self
                         .after(fault, "resumable_data_processing", deadline)
@@ -779,10 +796,12 @@ async fn run(dir: &Path) {
         tally.skipped.load(Ordering::Relaxed)
     );
     println!(
-        "faults: {} kills, {} requests cut by a kill and retried, {} calls dropped and resumed",
+        "faults: {} kills, {} requests cut by a kill and retried, {} calls dropped and resumed, \
+         {} calls sent again after their resumption was refused (410)",
         before_kills.len(),
         tally.cut.load(Ordering::Relaxed),
-        tally.dropped.load(Ordering::Relaxed)
+        tally.dropped.load(Ordering::Relaxed),
+        tally.called_again.load(Ordering::Relaxed)
     );
     println!(
         "errors: {} (must be 0){}",

@@ -730,3 +730,69 @@ async fn a_2025_03_26_batch_is_answered_message_by_message() {
     );
     assert_eq!(new.call(2, "ping", json!({})).await, json!({}));
 }
+
+/// A call whose handler died with the server when only its priming event had gone out, and
+/// that no relay can answer (it asked for no progress, so it left no call binding), is not
+/// resumed into a wait for ever, as the soak found such calls: the resumption is refused with
+/// 410 saying to send the request again, and the request sent again attaches to its task,
+/// which ran on.
+#[tokio::test]
+async fn a_call_nothing_will_answer_after_a_kill_is_refused_instead_of_waited_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), &["--time-scale", "0.05"]).await;
+    let session = RawSession::open(&server.mcp_url(), V_NEW).await;
+    let arguments = json!({"dataset_name": "lost", "total_records": 100, "batch_size": 10,
+                           "client_id": "raw"});
+    let call = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {
+        "name": "resumable_data_processing", "arguments": arguments}});
+    let mut post = Sse::new(session.post(call).await);
+    let priming = post.next(IO_TIMEOUT).await.expect("the priming event");
+    assert!(priming.is_priming(), "{priming:?}");
+    server.kill9().await;
+    drop(post);
+    server.restart().await;
+
+    let resumed = session.get(priming.id.as_deref()).await;
+    refused(resumed, 410, "send the request again").await;
+    let again = session
+        .call(
+            6,
+            "tools/call",
+            json!({"name": "resumable_data_processing", "arguments": arguments}),
+        )
+        .await;
+    assert_eq!(again["structuredContent"]["total_processed"], json!(100));
+
+    // A live call's stream, and the stream of a call a relay answers, still resume.
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "resumable_data_processing",
+        "arguments": {"dataset_name": "relayed", "total_records": 100, "batch_size": 10,
+                      "client_id": "raw"},
+        "_meta": {"progressToken": 7}}});
+    let mut post = Sse::new(session.post(call).await);
+    let first = post
+        .until(IO_TIMEOUT, |message| {
+            message["method"] == "notifications/progress"
+        })
+        .await;
+    let last_id = first.last().unwrap().id.clone().unwrap();
+    assert_eq!(
+        session.get(Some(&last_id)).await.status(),
+        200,
+        "a live call"
+    );
+    server.kill9().await;
+    drop(post);
+    server.restart().await;
+    let mut resumed = Sse::new(session.get(Some(&last_id)).await);
+    let rest = resumed
+        .until(Duration::from_secs(60), |message| {
+            message.get("id") == Some(&json!(7))
+        })
+        .await;
+    let answer = rest.last().unwrap().json();
+    assert_eq!(
+        answer["result"]["structuredContent"]["total_processed"],
+        json!(100)
+    );
+}

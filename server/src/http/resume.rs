@@ -231,6 +231,8 @@ async fn stored_stream(
         owner: info.session_id,
         next_seq: info.next_seq,
         event_kept: streams.event_exists(&id.token, id.seq).await?,
+        // Asked only of an unfinished stream: a finished one replays to its end.
+        abandoned: !info.finished && streams.abandoned(&id.token).await?,
     }))
 }
 
@@ -253,6 +255,9 @@ struct StoredStream {
     next_seq: u64,
     /// Whether the event the id names is still stored (events expire).
     event_kept: bool,
+    /// The stream waits for an answer no process will send: its handler died with its process
+    /// before the answer was stored, and no relay finishes it.
+    abandoned: bool,
 }
 
 #[derive(Debug, PartialEq)]
@@ -331,6 +336,18 @@ fn resume_verdict(
             format!(
                 "the events after Last-Event-ID {id} have expired. Reconnect without Last-Event-ID \
                  and re-read task://list (or the resources you follow) to catch up."
+            ),
+        );
+    }
+    // A resumed stream that waits for ever makes a client wait for ever, or reconnect for ever.
+    if stream.abandoned {
+        return Resume::Refuse(
+            StatusCode::GONE,
+            format!(
+                "the request whose stream Last-Event-ID {id} is on was cut off by a server \
+                 restart before its answer was stored, and nothing will answer it now: send the \
+                 request again (resumable_data_processing, called with the same arguments, \
+                 attaches to its task)"
             ),
         );
     }
@@ -552,6 +569,7 @@ mod tests {
             owner: owner.map(str::to_owned),
             next_seq,
             event_kept,
+            abandoned: false,
         }
     }
 
@@ -638,6 +656,16 @@ mod tests {
                 Some(stream(Some("s1"), 9, true)),
                 None,
             ),
+            (
+                "a stream nothing will answer",
+                mine,
+                Ok(&id),
+                Some(StoredStream {
+                    abandoned: true,
+                    ..stream(Some("s1"), 9, true)
+                }),
+                Some(StatusCode::GONE),
+            ),
         ];
         for (case, caller, id, stream, expected) in cases {
             let verdict = resume_verdict(caller, id, stream.as_ref());
@@ -665,6 +693,16 @@ mod tests {
             panic!("a malformed id passed");
         };
         assert!(bad.contains("Reconnect without Last-Event-ID"), "{bad}");
+        let abandoned = StoredStream {
+            abandoned: true,
+            ..stream(Some("s1"), 9, true)
+        };
+        let Resume::Refuse(_, lost) =
+            resume_verdict(Caller::Known("s1"), Ok(&id), Some(&abandoned))
+        else {
+            panic!("an abandoned stream passed");
+        };
+        assert!(lost.contains("send the request again"), "{lost}");
     }
 
     #[test]

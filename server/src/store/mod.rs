@@ -295,15 +295,22 @@ pub trait StreamRepo: Send + Sync {
     /// is answered exactly when its response is stored.
     async fn append_event(&self, event: NewEvent) -> Result<(String, u64), StoreError>;
 
-    /// Records that `session_id` received the stream `token`, a POST's answer whose handler's
-    /// call binding, if it makes one, has id `call_id`. Returns whether the stream is that
-    /// session's: false if it belongs to another, or does not exist.
+    /// Records that `session_id` received the stream `token`, a POST's answer made by process
+    /// `instance`, whose handler's call binding, if it makes one, has id `call_id`. Returns
+    /// whether the stream is that session's: false if it belongs to another, or does not exist.
     async fn bind_stream_session(
         &self,
         token: &str,
         session_id: &str,
         call_id: &str,
+        instance: &str,
     ) -> Result<bool, StoreError>;
+
+    /// Whether stream `token` is a request's stream that waits for an answer nobody will
+    /// send: unfinished, made by a process other than `instance` that is dead (on SQLite any
+    /// other; on PostgreSQL one no longer announcing itself alive), and not the stream of an
+    /// open call binding (whose relay answers it).
+    async fn abandoned(&self, token: &str, instance: &str) -> Result<bool, StoreError>;
 
     async fn stream_info(&self, token: &str) -> Result<Option<StreamInfo>, StoreError>;
 

@@ -494,10 +494,10 @@ contract! {
     /// A stream belongs to the first session it is bound to; another session never gets it.
     async fn a_stream_is_bound_to_one_session(fx) {
         let (token, _) = fx.store.append_event(event("s", "m")).await.unwrap();
-        assert!(fx.store.bind_stream_session(&token, "a", "c1").await.unwrap());
-        assert!(fx.store.bind_stream_session(&token, "a", "c2").await.unwrap());
-        assert!(!fx.store.bind_stream_session(&token, "b", "c3").await.unwrap());
-        assert!(!fx.store.bind_stream_session("unknown", "a", "c4").await.unwrap());
+        assert!(fx.store.bind_stream_session(&token, "a", "c1", "p").await.unwrap());
+        assert!(fx.store.bind_stream_session(&token, "a", "c2", "p").await.unwrap());
+        assert!(!fx.store.bind_stream_session(&token, "b", "c3", "p").await.unwrap());
+        assert!(!fx.store.bind_stream_session("unknown", "a", "c4", "p").await.unwrap());
         let mut last = event("s", "done");
         last.finishes = true;
         fx.store.append_event(last).await.unwrap();
@@ -709,7 +709,7 @@ contract! {
         let mut priming = event("post-stream", "");
         priming.message = None;
         let (token, _) = store.append_event(priming).await.unwrap();
-        assert!(store.bind_stream_session(&token, "s", "the-call").await.unwrap());
+        assert!(store.bind_stream_session(&token, "s", "the-call", "dead").await.unwrap());
         store.insert_binding(binding("the-call"), "dead").await.unwrap();
         store.insert_binding(binding("streamless"), "dead").await.unwrap();
         let mut adopted: Vec<(String, Option<String>)> = store
@@ -738,7 +738,7 @@ contract! {
         let mut priming = event("named", "");
         priming.message = None;
         let (token, _) = store.append_event(priming).await.unwrap();
-        assert!(store.bind_stream_session(&token, "s", "named-call").await.unwrap());
+        assert!(store.bind_stream_session(&token, "s", "named-call", "p1").await.unwrap());
         store.insert_binding(binding("named-call"), "p1").await.unwrap();
         store.insert_binding(binding("linked-call"), "p1").await.unwrap();
         store.insert_binding(binding("unanswered"), "p1").await.unwrap();
@@ -767,6 +767,38 @@ contract! {
             ["unanswered"],
             "each stored response closed its own call's binding, and no other"
         );
+    }
+}
+
+contract! {
+    /// A request's stream whose process died before storing the answer, and that no open call
+    /// binding will answer, is abandoned; the streams of a live process, of an open binding,
+    /// with their answer, or of no request are not.
+    async fn a_stream_nobody_will_answer_is_abandoned(fx) {
+        let store = fx.with_tasks(&["t"]).await;
+        let mut tokens = Vec::new();
+        for (stream, call) in [("lost", "c-lost"), ("relayed", "c-relayed"), ("answered", "c-answered")] {
+            let mut priming = event(stream, "");
+            priming.message = None;
+            let (token, _) = store.append_event(priming).await.unwrap();
+            assert!(store.bind_stream_session(&token, "s", call, "dead").await.unwrap());
+            tokens.push(token);
+        }
+        store.insert_binding(binding("c-relayed"), "dead").await.unwrap();
+        let mut response = event("answered", "response");
+        response.finishes = true;
+        store.append_event(response).await.unwrap();
+        let (standalone, _) = store.append_event(event("s:common", "note")).await.unwrap();
+        let abandoned = |token: String, instance: &'static str| {
+            let store = store.clone();
+            async move { store.abandoned(&token, instance).await.unwrap() }
+        };
+        assert!(abandoned(tokens[0].clone(), "restarted").await, "its handler died unanswered");
+        assert!(!abandoned(tokens[0].clone(), "dead").await, "its own process is alive");
+        assert!(!abandoned(tokens[1].clone(), "restarted").await, "a relay answers it");
+        assert!(!abandoned(tokens[2].clone(), "restarted").await, "it has its answer");
+        assert!(!abandoned(standalone, "restarted").await, "no request's stream");
+        assert!(!abandoned("unknown".into(), "restarted").await);
     }
 }
 

@@ -190,7 +190,16 @@ impl StreamStore {
     ) -> Result<bool, StoreError> {
         self.inner
             .store
-            .bind_stream_session(token, session_id, &call_id.0)
+            .bind_stream_session(token, session_id, &call_id.0, &self.inner.instance)
+            .await
+    }
+
+    /// Whether stream `token` waits for an answer no process will send (see
+    /// [`crate::store::StreamRepo::abandoned`]).
+    pub async fn abandoned(&self, token: &str) -> Result<bool, StoreError> {
+        self.inner
+            .store
+            .abandoned(token, &self.inner.instance)
             .await
     }
 

@@ -150,6 +150,10 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX tasks_unfinished_by_owner ON tasks (owner)
         WHERE status IN ('pending', 'running', 'paused', 'input_required');
     "#,
+    // 6: as SQLite's version 9: the process that made a request's stream.
+    r#"
+    ALTER TABLE streams ADD COLUMN instance TEXT;
+    "#,
 ];
 
 /// The schema version this binary writes.

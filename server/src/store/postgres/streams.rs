@@ -136,12 +136,13 @@ impl StreamRepo for Postgres {
         token: &str,
         session_id: &str,
         call_id: &str,
+        instance: &str,
     ) -> Result<bool, StoreError> {
         let claimed = self
             .execute(
-                "UPDATE streams SET session_id = $2, call_id = $3 \
+                "UPDATE streams SET session_id = $2, call_id = $3, instance = $4 \
                  WHERE token = $1 AND session_id IS NULL",
-                &[&token, &session_id, &call_id],
+                &[&token, &session_id, &call_id, &instance],
             )
             .await?;
         if claimed > 0 {
@@ -155,6 +156,22 @@ impl StreamRepo for Postgres {
             )
             .await?;
         Ok(matches!(owner, Some(Some(owner)) if owner == session_id))
+    }
+
+    async fn abandoned(&self, token: &str, instance: &str) -> Result<bool, StoreError> {
+        let found = self
+            .query_opt(
+                "SELECT 1 FROM streams s WHERE s.token = $1 AND NOT s.finished \
+                 AND s.instance IS NOT NULL AND s.instance != $2 \
+                 AND NOT EXISTS (SELECT 1 FROM instances i \
+                                 WHERE i.id = s.instance AND i.expires_at >= durable_now_ms()) \
+                 AND NOT EXISTS (SELECT 1 FROM call_bindings b \
+                                 WHERE b.id = s.call_id AND NOT b.done)",
+                &[&token, &instance],
+                |_| Ok(()),
+            )
+            .await?;
+        Ok(found.is_some())
     }
 
     async fn stream_info(&self, token: &str) -> Result<Option<StreamInfo>, StoreError> {

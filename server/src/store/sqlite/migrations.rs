@@ -184,6 +184,12 @@ const MIGRATIONS: &[&str] = &[
         WHERE status = 'pending' OR status = 'running' OR status = 'paused'
            OR status = 'input_required';
     "#,
+    // 9: the process that made a request's stream, so that a resumption of a stream whose
+    // handler died unanswered (and that no relay will answer) is refused instead of waiting
+    // for ever.
+    r#"
+    ALTER TABLE streams ADD COLUMN instance TEXT;
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -104,9 +104,14 @@ impl StreamRepo for Sqlite {
         token: &str,
         session_id: &str,
         call_id: &str,
+        instance: &str,
     ) -> Result<bool, StoreError> {
-        let (token, session_id, call_id) =
-            (token.to_owned(), session_id.to_owned(), call_id.to_owned());
+        let (token, session_id, call_id, instance) = (
+            token.to_owned(),
+            session_id.to_owned(),
+            call_id.to_owned(),
+            instance.to_owned(),
+        );
         self.write(move |conn| {
             let owner: Option<Option<String>> = conn
                 .prepare_cached("SELECT session_id FROM streams WHERE token = ?1")?
@@ -116,13 +121,32 @@ impl StreamRepo for Sqlite {
                 Some(Some(owner)) => owner == session_id,
                 Some(None) => {
                     conn.prepare_cached(
-                        "UPDATE streams SET session_id = ?2, call_id = ?3 WHERE token = ?1",
+                        "UPDATE streams SET session_id = ?2, call_id = ?3, instance = ?4 \
+                         WHERE token = ?1",
                     )?
-                    .execute(params![token, session_id, call_id])?;
+                    .execute(params![token, session_id, call_id, instance])?;
                     true
                 }
                 None => false,
             })
+        })
+        .await
+    }
+
+    async fn abandoned(&self, token: &str, instance: &str) -> Result<bool, StoreError> {
+        let (token, instance) = (token.to_owned(), instance.to_owned());
+        // One process owns the file: every other process is dead.
+        self.read(move |conn| {
+            Ok(conn
+                .prepare_cached(
+                    "SELECT 1 FROM streams s WHERE s.token = ?1 AND NOT s.finished \
+                     AND s.instance IS NOT NULL AND s.instance != ?2 \
+                     AND NOT EXISTS (SELECT 1 FROM call_bindings b \
+                                     WHERE b.id = s.call_id AND NOT b.done)",
+                )?
+                .query_row(params![token, instance], |_| Ok(()))
+                .optional()?
+                .is_some())
         })
         .await
     }
