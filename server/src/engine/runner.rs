@@ -14,6 +14,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use durable_shared::TaskStatus;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -174,7 +175,6 @@ async fn advance<K: TaskKind>(kind: &Erased<K>, ctx: &RunContext) -> Result<(), 
             }
         };
         let done = result.is_some();
-        let asks = question.is_some();
         let commit = StepCommit {
             id: id.to_owned(),
             lease,
@@ -199,7 +199,7 @@ async fn advance<K: TaskKind>(kind: &Erased<K>, ctx: &RunContext) -> Result<(), 
                     engine.publish(TaskEvent::with(info, milestone));
                     return Ok(());
                 }
-                if asks {
+                if info.status == TaskStatus::InputRequired {
                     // The worker ends here: the task holds no slot while a person thinks.
                     tracing::info!(task_id = id, kind = K::NAME, step, "task waits for input");
                     let asked = info.question.as_ref().map_or("", |q| q.message.as_str());
