@@ -126,7 +126,17 @@ impl RawSession {
     /// [`RawSession::open`], every request of the session carrying `Authorization: Bearer
     /// token` when one is given.
     pub async fn open_as(url: &str, version: &str, token: Option<&str>) -> RawSession {
-        let http = http_client(token);
+        RawSession::open_with(http_client(token), url, version, json!({})).await
+    }
+
+    /// [`RawSession::open`] over `http` (its default headers on every request), declaring
+    /// `capabilities`.
+    pub async fn open_with(
+        http: reqwest::Client,
+        url: &str,
+        version: &str,
+        capabilities: Value,
+    ) -> RawSession {
         let response = within(
             IO_TIMEOUT,
             "initialize",
@@ -134,7 +144,7 @@ impl RawSession {
                 .header("Accept", "application/json, text/event-stream")
                 .json(
                     &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                    "protocolVersion": version, "capabilities": {},
+                    "protocolVersion": version, "capabilities": capabilities,
                     "clientInfo": {"name": "raw-test", "version": "1"}}}),
                 )
                 .send(),
@@ -254,6 +264,140 @@ impl RawSession {
             .await
             .expect("GET")
     }
+}
+
+/// A client of the stateless protocol 2026-07-28 driven by hand: no session; each request
+/// carries the version and the client's capabilities in `_meta`, and the `Mcp-Method` and
+/// `Mcp-Name` headers the revision asks for.
+pub struct Stateless {
+    pub http: reqwest::Client,
+    pub url: String,
+    /// Sent as `X-Client-Id` when set.
+    pub client_id: Option<String>,
+    /// The `io.modelcontextprotocol/clientCapabilities` of each request.
+    pub capabilities: Value,
+}
+
+/// The stateless revision.
+pub const STATELESS_VERSION: &str = "2026-07-28";
+
+impl Stateless {
+    pub fn new(url: &str, client_id: Option<&str>) -> Stateless {
+        Stateless {
+            http: http_client(None),
+            url: url.to_owned(),
+            client_id: client_id.map(str::to_owned),
+            capabilities: json!({}),
+        }
+    }
+
+    /// The same client declaring the tasks extension (SEP-2663).
+    pub fn with_tasks(mut self) -> Stateless {
+        self.capabilities = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+        self
+    }
+
+    /// A request's body, its `_meta` filled in.
+    pub fn body(&self, id: u64, method: &str, params: Value) -> Value {
+        let mut params = match params {
+            Value::Object(params) => params,
+            _ => serde_json::Map::new(),
+        };
+        let meta = params
+            .entry("_meta")
+            .or_insert_with(|| json!({}))
+            .as_object_mut()
+            .expect("_meta is an object");
+        meta.insert(
+            "io.modelcontextprotocol/protocolVersion".into(),
+            json!(STATELESS_VERSION),
+        );
+        meta.insert(
+            "io.modelcontextprotocol/clientCapabilities".into(),
+            self.capabilities.clone(),
+        );
+        meta.insert(
+            "io.modelcontextprotocol/clientInfo".into(),
+            json!({"name": "raw-stateless-test", "version": "1"}),
+        );
+        json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+    }
+
+    /// The `Mcp-Name` a request must carry: the tool, prompt, resource or task it names.
+    pub fn name_of(body: &Value) -> Option<String> {
+        let params = &body["params"];
+        let name = match body["method"].as_str()? {
+            "tools/call" | "prompts/get" => &params["name"],
+            "resources/read" => &params["uri"],
+            method if method.starts_with("tasks/") => &params["taskId"],
+            _ => return None,
+        };
+        name.as_str().map(str::to_owned)
+    }
+
+    /// POSTs `body` with the headers it should have, then `headers` over them.
+    pub async fn post_with(&self, body: &Value, headers: &[(&str, &str)]) -> reqwest::Response {
+        let mut request = self
+            .http
+            .post(&self.url)
+            .header("Accept", "application/json, text/event-stream")
+            .header("MCP-Protocol-Version", STATELESS_VERSION);
+        if let Some(method) = body["method"].as_str() {
+            request = request.header("Mcp-Method", method);
+        }
+        if let Some(name) = Self::name_of(body) {
+            request = request.header("Mcp-Name", name);
+        }
+        if let Some(client_id) = &self.client_id {
+            request = request.header("X-Client-Id", client_id);
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        within(IO_TIMEOUT, "POST", request.json(body).send())
+            .await
+            .expect("POST")
+    }
+
+    /// The HTTP status and JSON-RPC answer of a request, read from a JSON body or from the SSE
+    /// stream up to the answer.
+    pub async fn send(&self, id: u64, method: &str, params: Value) -> (u16, Value) {
+        let body = self.body(id, method, params);
+        let response = self.post_with(&body, &[]).await;
+        let status = response.status().as_u16();
+        (status, answer_of(response, id).await)
+    }
+
+    /// A request that must answer with a result; returns it.
+    pub async fn call(&self, id: u64, method: &str, params: Value) -> Value {
+        let (status, answer) = self.send(id, method, params).await;
+        assert_eq!(status, 200, "{method}: {answer}");
+        answer
+            .get("result")
+            .cloned()
+            .unwrap_or_else(|| panic!("{method} failed: {answer}"))
+    }
+}
+
+/// The JSON-RPC message answering request `id`: the body itself when it is JSON, else the SSE
+/// event carrying it.
+pub async fn answer_of(response: reqwest::Response, id: u64) -> Value {
+    let is_sse = response
+        .headers()
+        .get("content-type")
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("text/event-stream"));
+    if !is_sse {
+        let text = within(IO_TIMEOUT, "a JSON answer", response.text())
+            .await
+            .expect("a body");
+        return serde_json::from_str(&text).unwrap_or_else(|_| json!({"body": text}));
+    }
+    let mut sse = Sse::new(response);
+    let events = sse
+        .until(IO_TIMEOUT, |message| message.get("id") == Some(&json!(id)))
+        .await;
+    events.last().expect("an answer").json()
 }
 
 /// A client for raw sessions, sending `token` as a bearer token with every request.

@@ -288,3 +288,41 @@ async fn the_owners_next_session_is_asked_by_elicitation_after_a_kill() {
     }
     observer.close().await;
 }
+
+/// rmcp sends a session's server-to-client requests on its standalone (GET) stream, and a
+/// fresh stream replays nothing: a question asked before the client opened it would be lost
+/// for the whole session. A session that opens its stream a while after `initialized` is still
+/// asked, on that stream.
+#[tokio::test]
+async fn a_session_that_opens_its_stream_late_is_still_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--time-scale", "0.01"]).await;
+    let client = Client::connect(&server.mcp_url(), Some("late")).await;
+    let id = task_id(&client.call_ok("start_trip_planning", trip()).await);
+    let question = asked(&client, &id, "choose_hotel").await;
+
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("x-client-id", "late".parse().unwrap());
+    let http = reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .unwrap();
+    let session = durable_tests::raw::RawSession::open_with(
+        http,
+        &server.mcp_url(),
+        "2025-11-25",
+        json!({"elicitation": {"form": {}}}),
+    )
+    .await;
+    // The session's open questions are looked up at `initialized`; the stream opens later.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut stream = durable_tests::raw::Sse::new(session.get(None).await);
+    let events = stream
+        .until(IO_TIMEOUT, |message| {
+            message["method"] == "elicitation/create"
+        })
+        .await;
+    let request = durable_tests::raw::EventExt::json(events.last().unwrap());
+    assert_eq!(request["params"]["message"], json!(question.message));
+    client.close().await;
+}

@@ -12,6 +12,7 @@ mod batch;
 mod body_limit;
 mod origin;
 mod resume;
+mod stateless;
 mod task_requests;
 
 use std::net::SocketAddr;
@@ -272,6 +273,22 @@ fn router(
     // allowed hosts and origins are vectors of strings), and the router clones it once more
     // before that: 5 % of a ping's instructions. Behind an `Arc` in a handler, a request clones
     // a pointer instead.
+    // Protocol 2026-07-28 has no sessions and no resumption, and a closed response stream
+    // cancels its request: its requests get a service of their own without the event store
+    // (see `stateless`), sharing everything else.
+    let mut stateless_transport = transport
+        .clone()
+        .with_legacy_session_mode(false)
+        .with_json_response(true);
+    stateless_transport.session_store = None;
+    let stateless_mcp = {
+        let shared = shared.clone();
+        Arc::new(StreamableHttpService::new(
+            move || Ok(DurableServer::new(shared.clone())),
+            Arc::new(LocalSessionManager::default()),
+            stateless_transport,
+        ))
+    };
     let mcp = Arc::new(StreamableHttpService::new(
         move || Ok(DurableServer::new(shared.clone())),
         sessions,
@@ -292,7 +309,13 @@ fn router(
     let mut app = guarded(
         Router::new().route(
             "/mcp",
-            any(move |request: Request| async move { mcp.handle(request).await }),
+            any(move |request: Request| async move {
+                if request.extensions().get::<stateless::Stateless>().is_some() {
+                    stateless_mcp.handle(request).await
+                } else {
+                    mcp.handle(request).await
+                }
+            }),
         ),
         auth,
         resume,
@@ -329,13 +352,16 @@ fn request_span(request: &Request) -> tracing::Span {
 }
 
 /// `mcp`'s routes behind the middleware, outermost first: authorization and the request
-/// limits, the split of a JSON-RPC batch into its messages, resumable streams, the answer to a body over the limit, the limit itself, the
-/// scopes a body's requests need, the task-request adaptation (both read the body).
+/// limits, the split of a JSON-RPC batch into its messages, resumable streams, the answer to a
+/// body over the limit, the limit itself, the scopes a body's requests need, the mark of
+/// stateless (2026-07-28) requests and the task-request adaptation (all three read the body).
 fn guarded(mcp: Router, auth: AuthState, resume: ResumeState, max_body_bytes: usize) -> Router {
-    let mut mcp = mcp.route_layer(from_fn_with_state(
-        resume.streams.clone(),
-        task_requests::adapt_task_requests,
-    ));
+    let mut mcp = mcp
+        .route_layer(from_fn_with_state(
+            resume.streams.clone(),
+            task_requests::adapt_task_requests,
+        ))
+        .route_layer(axum::middleware::from_fn(stateless::mark));
     // Only tokens have scopes: without authorization the layer would pass everything.
     if auth.verifier.is_some() {
         mcp = mcp.route_layer(axum::middleware::from_fn(authorize::require_scopes));

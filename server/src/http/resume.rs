@@ -157,7 +157,7 @@ pub async fn resumable(
         added_capabilities: state.added_capabilities.clone(),
         _open: session
             .filter(|_| version.is_some())
-            .map(|session| state.streams.open_stream(&session)),
+            .map(|session| state.streams.open_stream(&session, method == Method::GET)),
     };
     let (parts, body) = response.into_parts();
     // rmcp's SSE body yields each event as a frame of its own, which goes out as an HTTP chunk

@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use rmcp::model::RequestMetaObject;
 use serde_json::{Value, json};
 
+use super::stateless::Stateless;
 use crate::mcp::error::ApiError;
 use crate::mcp::{PRIVATE_CALL, PRIVATE_CANCEL, PRIVATE_GET, PRIVATE_LIST_TOOLS};
 use crate::streams::StreamStore;
@@ -26,7 +27,9 @@ pub async fn adapt_task_requests(
     request: Request,
     next: Next,
 ) -> Response {
-    if request.method() != Method::POST {
+    // A stateless (2026-07-28) client speaks only the extension, and its `Mcp-Method` header
+    // must keep matching the body's method.
+    if request.method() != Method::POST || request.extensions().get::<Stateless>().is_some() {
         return next.run(request).await;
     }
     let (parts, body) = request.into_parts();

@@ -27,10 +27,10 @@ use rmcp::model::{
     JsonObject, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
     ListToolsResult, LoggingLevel, PaginatedRequestParams, ProtocolVersion,
     ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
-    ServerResult, SetLevelRequestParams, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
-    UpdateTaskParams,
+    ServerResult, SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter, Tool,
+    UnsubscribeRequestParams, UpdateTaskParams,
 };
-use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, tool_handler};
 use tokio_util::sync::CancellationToken;
 
@@ -39,7 +39,7 @@ use durable_shared::kinds::Offer;
 use crate::auth::Principal;
 use crate::config::Limits;
 use crate::engine::{Engine, EngineError};
-use crate::streams::{PROTOCOL_VERSIONS, StreamStore};
+use crate::streams::{SERVED_VERSIONS, StreamStore};
 use durable_shared::kinds::ParamError;
 use error::ApiError;
 
@@ -68,6 +68,8 @@ pub struct Shared {
     task_tools: Vec<(Tool, &'static str)>,
     /// Which sessions listen to which tasks.
     routes: Arc<routes::Routes>,
+    /// The in-request calls waiting for each task.
+    waiters: tools::Waiters,
     limits: Limits,
 }
 
@@ -98,6 +100,7 @@ impl Shared {
             tool_router,
             task_tools,
             routes: routes::Routes::new(notification_buffer),
+            waiters: tools::Waiters::default(),
             limits,
         });
         tokio::spawn(notify::route_events(shared.clone()));
@@ -116,6 +119,8 @@ struct SessionState {
     log_level: Arc<Mutex<Option<LoggingLevel>>>,
     /// The questions this session is being asked (shared with its forwarder).
     asking: questions::Asking,
+    /// The MCP session id, known once the session is initialized.
+    session_id: std::sync::OnceLock<String>,
 }
 
 impl DurableServer {
@@ -127,6 +132,7 @@ impl DurableServer {
             inbox: Mutex::new(Some(inbox)),
             log_level: Arc::default(),
             asking: Arc::default(),
+            session_id: std::sync::OnceLock::new(),
         };
         DurableServer {
             shared,
@@ -243,6 +249,13 @@ impl Caller {
     }
 }
 
+/// Whether a request speaks the stateless protocol 2026-07-28 (or later), where no session
+/// and no resumable stream exists.
+fn stateless(ctx: &RequestContext<RoleServer>) -> bool {
+    ctx.protocol_version()
+        .is_some_and(|version| version.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
+}
+
 /// The authenticated principal of a request (see `http::authorize`); `None` without
 /// authorization.
 fn principal(ctx: &RequestContext<RoleServer>) -> Option<&Principal> {
@@ -312,9 +325,31 @@ impl ServerHandler for DurableServer {
         )
     }
 
-    /// Only the session-based versions: resuming streams and restoring sessions are per session.
+    /// The session versions, and 2026-07-28 without sessions (`server/discover` lists them all;
+    /// `initialize` never answers 2026-07-28).
     fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
-        std::borrow::Cow::Borrowed(&PROTOCOL_VERSIONS)
+        std::borrow::Cow::Borrowed(&SERVED_VERSIONS)
+    }
+
+    /// What 2026-07-28 `subscriptions/listen` follows: task resources, as `resources/subscribe`
+    /// does for sessions (the list-changed notifications are never sent: the lists of tools,
+    /// prompts and resources are fixed).
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        let mut accepted = SubscriptionFilter::new();
+        accepted.resource_subscriptions = requested.resource_subscriptions.as_ref().map(|uris| {
+            uris.iter()
+                .filter(|uri| resources::parse(uri).is_ok())
+                .cloned()
+                .collect()
+        });
+        Some(accepted)
+    }
+
+    async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
+        self.listen_to(subscription).await
     }
 
     async fn set_level(
@@ -337,6 +372,7 @@ impl ServerHandler for DurableServer {
                 .map(str::to_owned)
         };
         if let Some(session_id) = header("mcp-session-id") {
+            let _ = self.session.session_id.set(session_id.clone());
             match parts.and_then(|parts| parts.extensions.get::<Principal>()) {
                 Some(principal) => self.shared.routes.set_viewer(
                     self.key(),
@@ -365,6 +401,7 @@ impl ServerHandler for DurableServer {
                 context.peer.clone(),
                 owner,
                 self.session.asking.clone(),
+                self.session.session_id.get().cloned(),
             ));
         }
         self.start_forwarder(context.peer);

@@ -5,6 +5,10 @@
 //!
 //! One router task reads the engine's events and queues each for the interested sessions; each
 //! session's forwarder sends what its queue holds, so a slow session holds up only itself.
+//!
+//! A 2026-07-28 `subscriptions/listen` request is a session of its own in the routing index for
+//! as long as its stream is open, with a forwarder that sends only what the revision allows on
+//! a subscription stream: `notifications/resources/updated` for the resources it accepted.
 #![allow(
     deprecated,
     reason = "logging is deprecated by SEP-2577 but 2025-11-25 clients use it"
@@ -15,15 +19,16 @@ use std::sync::{Arc, Mutex};
 use durable_shared::{TASK_LIST_META_KEY, TASK_META_KEY, TaskStatus, status_uri};
 use rmcp::model::{
     CustomNotification, LoggingLevel, LoggingMessageNotificationParam, MetaObject,
-    NotificationMetaObject, ResourceUpdatedNotificationParam, ServerNotification,
-    TaskStatusNotificationParams,
+    NotificationMetaObject, ResourceUpdatedNotification, ResourceUpdatedNotificationParam,
+    ServerNotification, TaskStatusNotificationParams,
 };
-use rmcp::service::ServiceError;
-use rmcp::{Peer, RoleServer};
+use rmcp::service::{ServiceError, SubscriptionContext, SubscriptionSendError, SubscriptionSink};
+use rmcp::{ErrorData as McpError, Peer, RoleServer};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
 
+use super::error::ApiError;
 use super::resources::{self, LIST_LIMIT, TaskUri};
 use super::routes::{Delivery, Inbox, Next, Routes, SessionKey};
 use super::tasks::{detailed_task, legacy_task, speaks_legacy_tasks};
@@ -133,6 +138,10 @@ struct Forwarder {
     key: SessionKey,
     log_level: Arc<Mutex<Option<LoggingLevel>>>,
     asking: questions::Asking,
+    /// A `subscriptions/listen` stream's sink: then only resource updates are sent, through it.
+    sink: Option<SubscriptionSink>,
+    /// The MCP session's id, once initialized.
+    session_id: Option<String>,
 }
 
 impl DurableServer {
@@ -148,16 +157,75 @@ impl DurableServer {
             key: self.session.route.key,
             log_level: self.session.log_level.clone(),
             asking: self.session.asking.clone(),
+            sink: None,
+            session_id: self.session.session_id.get().cloned(),
         };
-        tokio::spawn(forwarder.run(inbox));
+        tokio::spawn(forwarder.run(inbox, std::future::pending()));
+    }
+
+    /// Serves a 2026-07-28 `subscriptions/listen` request until its stream closes: the accepted
+    /// task resources are followed as `resources/subscribe` follows them for a session, and each
+    /// change is sent as `notifications/resources/updated` with the task's new state in `_meta`.
+    /// A resource the caller may not see ends the request with the error naming it.
+    pub(super) async fn listen_to(
+        &self,
+        subscription: SubscriptionContext,
+    ) -> Result<(), McpError> {
+        let caller = self.caller(subscription.request_context());
+        let uris = subscription
+            .accepted()
+            .resource_subscriptions
+            .clone()
+            .unwrap_or_default();
+        let limit = self.shared.limits.subscriptions_per_session;
+        if uris.len() > limit {
+            return Err(ApiError::Limit {
+                limit: "max_subscriptions_per_session",
+                message: format!(
+                    "one subscriptions/listen request may follow at most {limit} resources \
+                     (--max-subscriptions-per-session); {} were asked for",
+                    uris.len()
+                ),
+            }
+            .into());
+        }
+        for uri in &uris {
+            resources::check_subscribable(&self.shared.engine, &caller, uri).await?;
+        }
+        for uri in &uris {
+            self.shared.routes.subscribe(self.key(), uri);
+        }
+        let Some(inbox) = self.session.inbox.lock().expect("inbox lock").take() else {
+            return Ok(());
+        };
+        let forwarder = Forwarder {
+            shared: self.shared.clone(),
+            peer: subscription.request_context().peer.clone(),
+            key: self.key(),
+            log_level: self.session.log_level.clone(),
+            asking: self.session.asking.clone(),
+            sink: Some(subscription.sink().clone()),
+            session_id: None,
+        };
+        // The acknowledgment went out before the routes above were in place: each resource's
+        // current state first, so that a change in between is not lost.
+        if forwarder.resync(i64::MAX).await.is_err() {
+            return Ok(());
+        }
+        forwarder.run(inbox, subscription.cancelled()).await;
+        Ok(())
     }
 }
 
 impl Forwarder {
-    async fn run(self, mut inbox: Inbox) {
+    /// Forwards until the session leaves the index, its transport closes, `stop` completes or
+    /// the server shuts down.
+    async fn run(self, mut inbox: Inbox, stop: impl Future<Output = ()>) {
+        let mut stop = std::pin::pin!(stop);
         loop {
             let next = tokio::select! {
                 _ = self.shared.shutdown.cancelled() => return,
+                _ = &mut stop => return,
                 next = inbox.next() => next,
             };
             // Boxed, so that the future of an idle forwarder, which most sessions' are, stays
@@ -191,7 +259,9 @@ impl Forwarder {
     async fn deliver(&self, delivery: Delivery) -> Result<(), ServiceError> {
         let event = &delivery.routed.event;
         let task = &event.task;
-        if let Some(handle) = &delivery.handle {
+        if let Some(handle) = &delivery.handle
+            && self.sink.is_none()
+        {
             self.task_status(handle.with(task.clone())).await?;
         }
         if !delivery.uris.is_empty() {
@@ -205,6 +275,9 @@ impl Forwarder {
         let Some(milestone) = &event.milestone else {
             return Ok(());
         };
+        if self.sink.is_some() {
+            return Ok(());
+        }
         // The task has just asked its owner something.
         if delivery.owner
             && task.status == TaskStatus::InputRequired
@@ -215,6 +288,7 @@ impl Forwarder {
                 self.peer.clone(),
                 task,
                 self.asking.clone(),
+                self.session_id.clone(),
             );
         }
         let watching = delivery.owner || delivery.uris.contains(&status_uri(&task.task_id));
@@ -250,7 +324,22 @@ impl Forwarder {
     ) -> Result<(), ServiceError> {
         let mut param = ResourceUpdatedNotificationParam::new(uri.to_owned());
         param.meta = meta;
-        self.peer.notify_resource_updated(param).await
+        let Some(sink) = &self.sink else {
+            return self.peer.notify_resource_updated(param).await;
+        };
+        let notification = ServerNotification::ResourceUpdatedNotification(
+            ResourceUpdatedNotification::new(param),
+        );
+        match sink.send(notification).await {
+            Ok(()) => Ok(()),
+            Err(SubscriptionSendError::Service(e)) => Err(e),
+            Err(SubscriptionSendError::SubscriptionClosed) => Err(ServiceError::TransportClosed),
+            // Only accepted resources are followed; nothing else is offered to a sink.
+            Err(e) => {
+                tracing::debug!(error = %e, uri, "a subscription stream refused an update");
+                Ok(())
+            }
+        }
     }
 
     /// After missed deliveries: the current state of every subscribed resource, and the status
@@ -279,6 +368,9 @@ impl Forwarder {
                 Err(_) => continue,
             };
             self.resource_updated(&uri, meta).await?;
+        }
+        if self.sink.is_some() {
+            return Ok(());
         }
         let Some(client) = self.routes().client(self.key) else {
             return Ok(());

@@ -15,6 +15,7 @@
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use durable_shared::{Question, TaskInfo, TaskStatus};
 use rmcp::model::{
@@ -30,6 +31,10 @@ use crate::engine::{Answer, EngineError};
 /// How often one session is asked a question again after it sent an answer the task could
 /// not take (a field out of bounds), before it is left to answer another way.
 const ATTEMPTS: usize = 3;
+
+/// How long a session that just started is waited for to open its standalone stream, where
+/// its questions go, before it is left to be asked another way.
+const STANDALONE_WAIT: Duration = Duration::from_secs(60);
 
 /// The questions a session is being asked now, so that it is never asked one twice at once.
 pub(super) type Asking = Arc<Mutex<HashSet<(String, String)>>>;
@@ -49,6 +54,7 @@ pub(super) async fn ask_open_questions(
     peer: Peer<RoleServer>,
     owner: String,
     asking: Asking,
+    session_id: Option<String>,
 ) {
     let waiting = match shared
         .engine
@@ -62,12 +68,25 @@ pub(super) async fn ask_open_questions(
         }
     };
     for task in waiting {
-        ask(shared.clone(), peer.clone(), &task, asking.clone());
+        ask(
+            shared.clone(),
+            peer.clone(),
+            &task,
+            asking.clone(),
+            session_id.clone(),
+        );
     }
 }
 
-/// Asks `peer` the open question of `task`, in a task of its own (a person may take days).
-pub(super) fn ask(shared: Arc<Shared>, peer: Peer<RoleServer>, task: &TaskInfo, asking: Asking) {
+/// Asks `peer`, the peer of session `session_id`, the open question of `task`, in a task of its
+/// own (a person may take days), once the session's standalone stream is open.
+pub(super) fn ask(
+    shared: Arc<Shared>,
+    peer: Peer<RoleServer>,
+    task: &TaskInfo,
+    asking: Asking,
+    session_id: Option<String>,
+) {
     let Some(question) = task.question.clone() else {
         return;
     };
@@ -77,8 +96,25 @@ pub(super) fn ask(shared: Arc<Shared>, peer: Peer<RoleServer>, task: &TaskInfo, 
     }
     tokio::spawn(async move {
         let shutdown = shared.shutdown.clone();
+        let listening = async {
+            match &session_id {
+                Some(session_id) => {
+                    shared
+                        .streams
+                        .until_standalone(session_id, STANDALONE_WAIT)
+                        .await
+                }
+                None => true,
+            }
+        };
         tokio::select! {
-            _ = ask_until_answered(&shared, &peer, &key.0, &question) => {}
+            listening = listening => {
+                if listening {
+                    ask_until_answered(&shared, &peer, &key.0, &question).await;
+                } else {
+                    tracing::debug!(task_id = key.0, "a session opened no stream to be asked on");
+                }
+            }
             // The question stays with the task: the next start asks it again.
             _ = shutdown.cancelled() => {}
         }

@@ -1,7 +1,8 @@
 //! The MCP tools. Arguments are typed (their JSON schemas, with descriptions and bounds, come
 //! from the parameter types); the engine validates what a schema cannot say.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use durable_shared::kinds::{DATA_PROCESSING, ParamError, ProcessingParams, start_tool};
 use durable_shared::{TaskInfo, TaskStatus, status_uri};
@@ -149,6 +150,7 @@ impl DurableServer {
             Err(e) => return tool_outcome(Err(e)),
         };
         let task_id = task.task_id.clone();
+        let waiting = Waiting::new(&self.shared.waiters, &task_id);
         // Watch, then read again, so no change after the attach can be missed.
         let mut watch = self.shared.engine.watch(&task_id);
         let task = self.shared.engine.get(&task_id).await?;
@@ -189,7 +191,20 @@ impl DurableServer {
             }
             current = tokio::select! {
                 _ = ctx.ct.cancelled() => {
-                    return Err(McpError::invalid_request("request cancelled; the task continues", None));
+                    if !super::stateless(&ctx) {
+                        return Err(McpError::invalid_request("request cancelled; the task continues", None));
+                    }
+                    // 2026-07-28 has no resumption: a closed stream cancels the request
+                    // (transports, "SSE resumability"), so the work done for it stops, at a
+                    // step boundary with its checkpoint kept, unless another call still waits
+                    // for it. The same call again resumes it (see `Engine::start_or_attach`).
+                    if waiting.is_alone() {
+                        match self.shared.engine.pause(&task_id).await {
+                            Ok(_) => tracing::info!(%task_id, "stream closed; job paused"),
+                            Err(e) => tracing::debug!(%task_id, error = %e, "stream closed; job not paused"),
+                        }
+                    }
+                    return Err(McpError::invalid_request("request cancelled; the job is paused at its checkpoint and the same call resumes it", None));
                 }
                 _ = self.shared.shutdown.cancelled() => {
                     return Err(ApiError::Unavailable("server is shutting down; call again after it restarts".into()).into());
@@ -530,6 +545,50 @@ pub(crate) fn processing_outcome(task: &TaskInfo) -> Option<CallToolResult> {
 
 fn task_json(task: &TaskInfo) -> CallToolResult {
     json_result(to_params(task))
+}
+
+/// How many calls of this process wait for each task (see `resumable_data_processing`).
+pub(super) type Waiters = Mutex<HashMap<String, usize>>;
+
+/// One call waiting for a task, counted in [`Waiters`] while it lives.
+struct Waiting<'a> {
+    waiters: &'a Waiters,
+    task_id: String,
+}
+
+impl<'a> Waiting<'a> {
+    fn new(waiters: &'a Waiters, task_id: &str) -> Self {
+        *waiters
+            .lock()
+            .expect("waiters lock")
+            .entry(task_id.to_owned())
+            .or_default() += 1;
+        Waiting {
+            waiters,
+            task_id: task_id.to_owned(),
+        }
+    }
+
+    /// No other call of this process waits for the task.
+    fn is_alone(&self) -> bool {
+        self.waiters
+            .lock()
+            .expect("waiters lock")
+            .get(&self.task_id)
+            == Some(&1)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut waiters = self.waiters.lock().expect("waiters lock");
+        if let Some(count) = waiters.get_mut(&self.task_id) {
+            *count -= 1;
+            if *count == 0 {
+                waiters.remove(&self.task_id);
+            }
+        }
+    }
 }
 
 pub(super) fn session_id(ctx: &RequestContext<RoleServer>) -> Option<String> {

@@ -35,8 +35,17 @@ use crate::telemetry;
 /// learns which stream a durable tool call answers on.
 pub const BINDING_META_KEY: &str = "durable-mcp/call";
 
-/// The protocol versions served, newest first. All use sessions: resumption is per session.
+/// The protocol versions served with sessions, newest first: resumption is per session.
 pub const PROTOCOL_VERSIONS: [ProtocolVersion; 3] = [
+    ProtocolVersion::V_2025_11_25,
+    ProtocolVersion::V_2025_06_18,
+    ProtocolVersion::V_2025_03_26,
+];
+
+/// Every protocol version served, newest first: 2026-07-28 without sessions (see
+/// `http::stateless`), then the session versions.
+pub const SERVED_VERSIONS: [ProtocolVersion; 4] = [
+    ProtocolVersion::V_2026_07_28,
     ProtocolVersion::V_2025_11_25,
     ProtocolVersion::V_2025_06_18,
     ProtocolVersion::V_2025_03_26,
@@ -88,6 +97,10 @@ struct Inner {
     sessions: Mutex<HashMap<String, SessionProfile>>,
     /// Open SSE responses per session: a session with one is in use, however quiet.
     open_streams: Mutex<HashMap<String, usize>>,
+    /// Open standalone (GET) streams per session: where rmcp sends server-to-client requests.
+    standalone: Mutex<HashMap<String, usize>>,
+    /// Woken whenever a standalone stream opens.
+    standalone_opened: Notify,
     /// Sessions that made a request since the last sweep.
     seen: Mutex<HashSet<String>>,
     /// Per known session, whether rmcp serves it in this process yet (see
@@ -109,6 +122,8 @@ impl StreamStore {
                 notifiers: Mutex::default(),
                 sessions: Mutex::default(),
                 open_streams: Mutex::default(),
+                standalone: Mutex::default(),
+                standalone_opened: Notify::new(),
                 seen: Mutex::default(),
                 serving: Mutex::default(),
                 instance: format!("{node}/{}", uuid::Uuid::new_v4()),
@@ -406,18 +421,51 @@ impl StreamStore {
     }
 
     /// Marks an SSE response of `session_id` open until the guard drops.
-    pub fn open_stream(&self, session_id: &str) -> OpenStream {
-        *self
-            .inner
-            .open_streams
-            .lock()
-            .expect("open streams lock")
-            .entry(session_id.to_owned())
-            .or_default() += 1;
+    pub fn open_stream(&self, session_id: &str, standalone: bool) -> OpenStream {
+        let count = |map: &Mutex<HashMap<String, usize>>| {
+            *map.lock()
+                .expect("open streams lock")
+                .entry(session_id.to_owned())
+                .or_default() += 1;
+        };
+        count(&self.inner.open_streams);
+        if standalone {
+            count(&self.inner.standalone);
+            self.inner.standalone_opened.notify_waiters();
+        }
         OpenStream {
             streams: self.clone(),
             session_id: session_id.to_owned(),
+            standalone,
         }
+    }
+
+    /// Waits up to `limit` for `session_id` to have a standalone stream open; whether it has.
+    ///
+    /// rmcp sends a server-to-client request of a session on its standalone stream, and one sent
+    /// while none is open is lost to a client that opens one afterwards (a fresh stream replays
+    /// nothing), so a request made at a session's start must wait for the client's GET.
+    pub async fn until_standalone(&self, session_id: &str, limit: Duration) -> bool {
+        let open = || {
+            self.inner
+                .standalone
+                .lock()
+                .expect("open streams lock")
+                .contains_key(session_id)
+        };
+        tokio::time::timeout(limit, async {
+            loop {
+                let opened = self.inner.standalone_opened.notified();
+                let mut opened = std::pin::pin!(opened);
+                opened.as_mut().enable();
+                if open() {
+                    return;
+                }
+                opened.await;
+            }
+        })
+        .await
+        .is_ok()
     }
 
     /// Refreshes the sessions that were active since the last sweep, then returns those idle for
@@ -639,21 +687,23 @@ pub struct SessionProfile {
 pub struct OpenStream {
     streams: StreamStore,
     session_id: String,
+    standalone: bool,
 }
 
 impl Drop for OpenStream {
     fn drop(&mut self) {
-        let mut open = self
-            .streams
-            .inner
-            .open_streams
-            .lock()
-            .expect("open streams lock");
-        if let Some(count) = open.get_mut(&self.session_id) {
-            *count -= 1;
-            if *count == 0 {
-                open.remove(&self.session_id);
+        let uncount = |map: &Mutex<HashMap<String, usize>>| {
+            let mut open = map.lock().expect("open streams lock");
+            if let Some(count) = open.get_mut(&self.session_id) {
+                *count -= 1;
+                if *count == 0 {
+                    open.remove(&self.session_id);
+                }
             }
+        };
+        uncount(&self.streams.inner.open_streams);
+        if self.standalone {
+            uncount(&self.streams.inner.standalone);
         }
     }
 }

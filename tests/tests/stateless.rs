@@ -1,0 +1,380 @@
+//! The stateless protocol 2026-07-28 over raw HTTP, beside the session versions: `server/discover`,
+//! `Mcp-Method`/`Mcp-Name` checked against the body, tools and resources without a session,
+//! `subscriptions/listen`, SEP-2663 task handles committed before the answer (a SIGKILL right
+//! after it loses nothing) and expiring by their ttl, and a closed response stream cancelling
+//! its plain call.
+
+use std::time::Duration;
+
+use durable_tests::raw::{EventExt, STATELESS_VERSION, Sse, Stateless, answer_of};
+use durable_tests::{IO_TIMEOUT, Server, within};
+use serde_json::{Value, json};
+
+async fn server(extra: &[&str]) -> (tempfile::TempDir, Server) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = Server::start(dir.path(), extra).await;
+    (dir, server)
+}
+
+/// A batch that runs until cancelled (one-hour steps).
+fn endless_batch() -> Value {
+    json!({"total_items": 10, "batch_size": 1, "processing_delay": 3600})
+}
+
+fn tool_call(name: &str, arguments: Value) -> Value {
+    json!({"name": name, "arguments": arguments})
+}
+
+fn status_of(read: &Value) -> Value {
+    let text = read["contents"][0]["text"].as_str().expect("resource text");
+    serde_json::from_str(text).expect("status JSON")
+}
+
+/// Reads `task://status/{id}` until `done` holds of it; returns that status.
+async fn read_until(client: &Stateless, task_id: &str, done: impl Fn(&Value) -> bool) -> Value {
+    within(Duration::from_secs(60), "the awaited status", async {
+        let mut id = 50_000;
+        loop {
+            id += 1;
+            let read = client
+                .call(
+                    id,
+                    "resources/read",
+                    json!({"uri": format!("task://status/{task_id}")}),
+                )
+                .await;
+            let status = status_of(&read);
+            if done(&status) {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn discover_lists_every_version_and_the_tasks_extension_without_a_session() {
+    let (_dir, server) = server(&[]).await;
+    let client = Stateless::new(&server.mcp_url(), None);
+    let response = client
+        .post_with(&client.body(1, "server/discover", json!({})), &[])
+        .await;
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.headers().get("mcp-session-id").is_none(),
+        "a stateless answer opened a session"
+    );
+    let discovered = answer_of(response, 1).await["result"].clone();
+    assert_eq!(
+        discovered["supportedVersions"],
+        json!(["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26"]),
+        "{discovered}"
+    );
+    assert!(
+        discovered["capabilities"]["extensions"]["io.modelcontextprotocol/tasks"].is_object(),
+        "{discovered}"
+    );
+    assert_eq!(
+        discovered["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "durable-mcp"
+    );
+    assert_eq!(discovered["resultType"], "complete");
+
+    // `initialize` naming 2026-07-28 still opens a session, on the newest version that has one.
+    let response = client
+        .http
+        .post(server.mcp_url())
+        .header("Accept", "application/json, text/event-stream")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {
+            "protocolVersion": STATELESS_VERSION, "capabilities": {},
+            "clientInfo": {"name": "raw-test", "version": "1"}}}),
+        )
+        .send();
+    let response = within(IO_TIMEOUT, "initialize", response).await.unwrap();
+    assert!(response.headers().get("mcp-session-id").is_some());
+    let initialized = answer_of(response, 2).await;
+    assert_eq!(initialized["result"]["protocolVersion"], "2025-11-25");
+}
+
+#[tokio::test]
+async fn headers_that_disagree_with_the_body_are_refused_and_the_server_keeps_serving() {
+    let (_dir, server) = server(&[]).await;
+    let client = Stateless::new(&server.mcp_url(), None);
+    let list = client.body(1, "tools/list", json!({}));
+    let call = client.body(
+        2,
+        "tools/call",
+        tool_call("start_batch_processing", json!({})),
+    );
+    let read = client.body(3, "resources/read", json!({"uri": "task://list"}));
+    let cases = [
+        (&list, "Mcp-Method", "tools/call"),
+        (&call, "Mcp-Name", "cancel_task"),
+        (&read, "Mcp-Name", "task://status/other"),
+    ];
+    for (body, header, value) in cases {
+        let response = client.post_with(body, &[(header, value)]).await;
+        assert_eq!(response.status(), 400, "{header}: {value} on {body}");
+        let answer = answer_of(response, 0).await;
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .is_some_and(|message| message.contains(header)),
+            "the error names the header: {answer}"
+        );
+    }
+    let tools = client.call(4, "tools/list", json!({})).await;
+    assert_eq!(tools["tools"].as_array().map(Vec::len), Some(17), "{tools}");
+    assert_eq!(tools["resultType"], "complete");
+}
+
+#[tokio::test]
+async fn tools_and_resources_work_without_a_session_under_the_client_id() {
+    let (_dir, server) = server(&["--time-scale", "0.01"]).await;
+    let alice = Stateless::new(&server.mcp_url(), Some("alice"));
+    let started = alice
+        .call(
+            1,
+            "tools/call",
+            tool_call(
+                "start_batch_processing",
+                json!({"total_items": 4, "batch_size": 2, "processing_delay": 1}),
+            ),
+        )
+        .await;
+    let task_id = started["structuredContent"]["task_id"]
+        .as_str()
+        .expect("a task id")
+        .to_owned();
+    let done = read_until(&alice, &task_id, |status| status["status"] == "completed").await;
+    assert_eq!(
+        done["owner"], "alice",
+        "the X-Client-Id owns the task: {done}"
+    );
+    assert_eq!(done["result_data"]["processed"], 4, "{done}");
+
+    let listed = alice
+        .call(2, "resources/read", json!({"uri": "task://list"}))
+        .await;
+    assert_eq!(status_of(&listed)["tasks"][0]["task_id"], json!(task_id));
+    let templates = alice.call(3, "resources/templates/list", json!({})).await;
+    assert!(
+        !templates["resourceTemplates"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    let prompt = alice
+        .call(
+            4,
+            "prompts/get",
+            json!({"name": "task_report", "arguments": {"task_id": task_id}}),
+        )
+        .await;
+    assert!(prompt["messages"].is_array(), "{prompt}");
+
+    let (status, bad) = alice
+        .send(
+            5,
+            "tools/call",
+            tool_call("start_batch_processing", json!({"batch_size": 0})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(bad["result"]["isError"], true, "{bad}");
+}
+
+#[tokio::test]
+async fn listen_delivers_the_status_changes_of_the_task_it_follows() {
+    let (_dir, server) = server(&[]).await;
+    let client = Stateless::new(&server.mcp_url(), Some("listener"));
+    let started = client
+        .call(
+            1,
+            "tools/call",
+            tool_call("start_batch_processing", endless_batch()),
+        )
+        .await;
+    let task_id = started["structuredContent"]["task_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let uri = format!("task://status/{task_id}");
+    let listen = client.body(
+        2,
+        "subscriptions/listen",
+        json!({"notifications": {"resourceSubscriptions": [uri, "https://example.com/not-a-task"]}}),
+    );
+    let response = client.post_with(&listen, &[]).await;
+    assert_eq!(response.status(), 200);
+    let mut stream = Sse::new(response);
+    let ack = stream
+        .next(IO_TIMEOUT)
+        .await
+        .expect("the acknowledgment")
+        .json();
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(
+        ack["params"]["notifications"]["resourceSubscriptions"],
+        json!([uri]),
+        "only task resources are followed: {ack}"
+    );
+    let updated = |event: &Value| {
+        event["method"] == "notifications/resources/updated" && event["params"]["uri"] == json!(uri)
+    };
+    // The current state first, then each change.
+    let first = stream
+        .until(IO_TIMEOUT, updated)
+        .await
+        .pop()
+        .unwrap()
+        .json();
+    assert_eq!(
+        first["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        2
+    );
+    client
+        .call(
+            3,
+            "tools/call",
+            tool_call("cancel_task", json!({"task_id": task_id})),
+        )
+        .await;
+    let cancelled = within(IO_TIMEOUT, "the cancellation's update", async {
+        loop {
+            let event = stream
+                .until(IO_TIMEOUT, updated)
+                .await
+                .pop()
+                .unwrap()
+                .json();
+            let state = &event["params"]["_meta"]["durable-mcp/task"];
+            if state["status"] == "cancelled" {
+                return event;
+            }
+        }
+    })
+    .await;
+    assert_eq!(
+        cancelled["params"]["_meta"]["durable-mcp/task"]["task_id"],
+        json!(task_id)
+    );
+
+    // Another client's task cannot be followed once the server checks ownership.
+    let (status, unknown) = client
+        .send(
+            4,
+            "subscriptions/listen",
+            json!({"notifications": {"resourceSubscriptions": ["task://status/no-such-task"]}}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert!(
+        unknown["error"]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("no-such-task")),
+        "{unknown}"
+    );
+}
+
+#[tokio::test]
+async fn a_task_handle_is_committed_before_the_answer_and_survives_a_kill() {
+    let (_dir, mut server) = server(&[]).await;
+    let owner = Stateless::new(&server.mcp_url(), Some("owner")).with_tasks();
+    let created = owner
+        .call(
+            1,
+            "tools/call",
+            tool_call("run_batch_processing", endless_batch()),
+        )
+        .await;
+    assert_eq!(created["resultType"], "task", "{created}");
+    let task_id = created["taskId"].as_str().expect("taskId").to_owned();
+    assert!(created["ttlMs"].as_u64() > Some(0), "{created}");
+    assert!(created["pollIntervalMs"].as_u64() > Some(0), "{created}");
+    server.kill9().await;
+    server.restart().await;
+
+    let owner = Stateless::new(&server.mcp_url(), Some("owner")).with_tasks();
+    let got = owner.call(2, "tasks/get", json!({"taskId": task_id})).await;
+    assert_eq!(got["taskId"], json!(task_id));
+    assert_eq!(got["status"], "working", "{got}");
+    assert_eq!(got["resultType"], "complete");
+
+    let stranger = Stateless::new(&server.mcp_url(), Some("stranger")).with_tasks();
+    let (_, foreign) = stranger
+        .send(3, "tasks/get", json!({"taskId": task_id}))
+        .await;
+    assert_eq!(foreign["error"]["code"], -32602, "{foreign}");
+
+    owner
+        .call(4, "tasks/cancel", json!({"taskId": task_id}))
+        .await;
+    let got = owner.call(5, "tasks/get", json!({"taskId": task_id})).await;
+    assert_eq!(got["status"], "cancelled", "{got}");
+}
+
+#[tokio::test]
+async fn a_handle_expires_by_its_ttl_while_its_task_runs_on() {
+    // Handles live at most the retention, here two seconds from the task's creation.
+    let (_dir, server) = server(&["--retention", "2s", "--retention-interval", "200ms"]).await;
+    let owner = Stateless::new(&server.mcp_url(), Some("owner")).with_tasks();
+    let created = owner
+        .call(
+            1,
+            "tools/call",
+            tool_call("run_batch_processing", endless_batch()),
+        )
+        .await;
+    let task_id = created["taskId"].as_str().unwrap().to_owned();
+    assert_eq!(created["ttlMs"], 2000, "{created}");
+    let live = owner.call(2, "tasks/get", json!({"taskId": task_id})).await;
+    assert_eq!(live["status"], "working");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (_, expired) = owner.send(3, "tasks/get", json!({"taskId": task_id})).await;
+    assert_eq!(expired["error"]["code"], -32602, "{expired}");
+    let status = read_until(&owner, &task_id, |_| true).await;
+    assert_eq!(
+        status["status"], "running",
+        "the task outlives its handle: {status}"
+    );
+}
+
+#[tokio::test]
+async fn closing_the_stream_of_a_plain_call_cancels_it() {
+    let (_dir, server) = server(&["--time-scale", "0.05"]).await;
+    let client = Stateless::new(&server.mcp_url(), Some("closer"));
+    let mut call = client.body(
+        1,
+        "tools/call",
+        tool_call(
+            "resumable_data_processing",
+            json!({"dataset_name": "closed", "total_records": 100000, "batch_size": 10}),
+        ),
+    );
+    call["params"]["_meta"]["progressToken"] = json!("p1");
+    let response = client.post_with(&call, &[]).await;
+    assert_eq!(response.status(), 200);
+    let mut stream = Sse::new(response);
+    let progress = |event: &Value| event["method"] == "notifications/progress";
+    stream.until(IO_TIMEOUT, progress).await;
+    let listed = client
+        .call(2, "resources/read", json!({"uri": "task://list"}))
+        .await;
+    let task_id = status_of(&listed)["tasks"][0]["task_id"]
+        .as_str()
+        .expect("the job's task")
+        .to_owned();
+    drop(stream);
+
+    let paused = read_until(&client, &task_id, |status| status["status"] != "running").await;
+    assert_eq!(paused["status"], "paused", "{paused}");
+    // The same call again resumes the job from its checkpoint.
+    let response = client.post_with(&call, &[]).await;
+    let mut stream = Sse::new(response);
+    stream.until(IO_TIMEOUT, progress).await;
+    let resumed = read_until(&client, &task_id, |status| status["status"] == "running").await;
+    assert!(resumed["progress"].as_u64() >= paused["progress"].as_u64());
+}
