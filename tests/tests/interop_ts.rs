@@ -239,3 +239,62 @@ async fn the_typescript_sdks_tasks_client_runs_polls_lists_and_cancels_tasks() {
         "{report}"
     );
 }
+
+/// A task that asks a person, through the TypeScript SDK on a 2025-11-25 session that declares
+/// elicitation: each of the trip's questions reaches the SDK's elicitation handler once, its
+/// answers are applied, and the trip ends as a run answered with `answer_task` does.
+#[tokio::test]
+async fn the_typescript_sdk_answers_a_tasks_questions_by_elicitation() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--time-scale", "0.01"]).await;
+    let output = durable_tests::output_within(
+        Command::new("node")
+            .arg(interop_dir().join("ts_questions.mjs"))
+            .arg(server.mcp_url())
+            .arg("ts-traveller")
+            .current_dir(interop_dir()),
+        std::time::Duration::from_secs(120),
+    )
+    .await;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).expect("a JSON report");
+    let asked = report["asked"].as_array().unwrap();
+    assert_eq!(asked.len(), 2, "each question asked once: {report}");
+    assert!(asked[0].as_str().unwrap().starts_with("Which hotel in Lisbon"));
+    assert!(asked[1].as_str().unwrap().starts_with("Book "));
+    let status = &report["status"];
+    assert_eq!(status["status"], "completed", "{report}");
+    assert_eq!(status["owner"], "ts-traveller");
+
+    // The same trip answered the same way through answer_task, by another client.
+    let client = durable_tests::Client::connect(&server.mcp_url(), Some("baseline")).await;
+    let trip = serde_json::json!({"destination": "Lisbon", "start_date": "2027-05-14", "nights": 3, "budget": 900});
+    let started = client.call_ok("start_trip_planning", trip).await;
+    let id = started["task_id"].as_str().unwrap().to_owned();
+    for _ in 0..2 {
+        let task = client
+            .wait_task(&id, std::time::Duration::from_secs(60), |task| {
+                task.status.is_terminal() || task.question.is_some()
+            })
+            .await;
+        let question = task.question.expect("a question");
+        let answer = match question.schema["properties"]["hotel"]["enum"].get(0) {
+            Some(hotel) => serde_json::json!({"hotel": hotel}),
+            None => serde_json::json!({"book": true}),
+        };
+        client
+            .call_ok(
+                "answer_task",
+                serde_json::json!({"task_id": id, "question_id": question.id, "answer": answer}),
+            )
+            .await;
+    }
+    let baseline = client.wait_terminal(&id, std::time::Duration::from_secs(60)).await;
+    assert_eq!(Some(&status["result_data"]), baseline.result_data.as_ref());
+    assert_eq!(status["result_data"]["answers_applied"], 2);
+    client.close().await;
+}
