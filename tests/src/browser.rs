@@ -210,6 +210,15 @@ impl Browser {
         .await
     }
 
+    /// Chooses the option `value` of the select `css`, finding it again if it was re-rendered.
+    pub async fn select(&self, css: &str, value: &str) {
+        self.wait_for(&format!("a select {css} with {value}"), || async {
+            let element = self.client.find(Locator::Css(css)).await.ok()?;
+            element.select_by_value(value).await.ok()
+        })
+        .await
+    }
+
     /// Saves a screenshot as `target/screenshots/<name>.png` (a test artifact).
     pub async fn screenshot(&self, name: &str) {
         let png = within(UI_TIMEOUT, "a screenshot", self.client.screenshot())

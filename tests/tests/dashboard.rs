@@ -520,3 +520,96 @@ async fn the_dashboard_signs_in_with_a_bearer_token_and_out_again() {
     );
     browser.close().await;
 }
+
+/// A task that asks its person: the question appears in the detail panel as a form read from
+/// its schema (a select of the hotels offered, then yes or no), stays there across a reload
+/// while it waits, and the answers given through the form end the trip exactly as the same
+/// answers given with `answer_task` do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_answers_a_tasks_questions_with_forms() {
+    let (_dir, server) = server(&["--time-scale", "0.01"]).await;
+    let browser = Browser::start().await;
+    browser.goto(&format!("http://{}/", server.addr)).await;
+    browser
+        .wait_text("[data-test=conn]", |t| t == "connected")
+        .await;
+    let fields = [
+        ("destination", "Lisbon"),
+        ("start_date", "2027-05-14"),
+        ("nights", "3"),
+        ("budget", "900"),
+    ];
+    let trip = start(&browser, "start_trip_planning", &fields).await;
+    wait_status(&browser, &trip, "input_required").await;
+    let client = Client::connect(&server.mcp_url(), Some("observer")).await;
+    let question = client
+        .task(&trip)
+        .await
+        .question
+        .expect("the first question");
+    let hotels: Vec<String> =
+        serde_json::from_value(question.schema["properties"]["hotel"]["enum"].clone()).unwrap();
+    let choose = "form[data-test=question][data-question-id=choose_hotel]";
+    browser
+        .wait_text(&format!("{choose} [data-test=question-message]"), |t| {
+            t == question.message
+        })
+        .await;
+    browser.screenshot("dashboard-question").await;
+
+    // The question waits across a reload.
+    browser.refresh().await;
+    browser
+        .wait_text("[data-test=conn]", |t| t == "connected")
+        .await;
+    browser
+        .click(&format!("tr[data-task-id='{trip}'] button.link"))
+        .await;
+    browser
+        .select(&format!("{choose} #answer-hotel"), &hotels[1])
+        .await;
+    browser.click(&format!("{choose} [data-test=answer]")).await;
+    let confirm = "form[data-test=question][data-question-id=confirm_booking]";
+    browser
+        .wait_text(&format!("{confirm} [data-test=question-message]"), |t| {
+            t.starts_with(&format!("Book {}", hotels[1]))
+        })
+        .await;
+    browser
+        .select(&format!("{confirm} #answer-book"), "yes")
+        .await;
+    browser
+        .click(&format!("{confirm} [data-test=answer]"))
+        .await;
+    wait_status(&browser, &trip, "completed").await;
+    let done = client.task(&trip).await;
+
+    let baseline = client
+        .call_ok(
+            "start_trip_planning",
+            serde_json::json!({"destination": "Lisbon", "start_date": "2027-05-14", "nights": 3, "budget": 900}),
+        )
+        .await;
+    let baseline = baseline["task_id"].as_str().unwrap().to_owned();
+    for (question_id, answer) in [
+        ("choose_hotel", serde_json::json!({"hotel": hotels[1]})),
+        ("confirm_booking", serde_json::json!({"book": true})),
+    ] {
+        client
+            .wait_task(&baseline, UI_TIMEOUT, |task| {
+                task.question.as_ref().is_some_and(|q| q.id == question_id)
+            })
+            .await;
+        client
+            .call_ok(
+                "answer_task",
+                serde_json::json!({"task_id": baseline, "question_id": question_id, "answer": answer}),
+            )
+            .await;
+    }
+    let baseline = client.wait_terminal(&baseline, UI_TIMEOUT).await;
+    assert_eq!(done.result_data, baseline.result_data);
+    assert_eq!(done.result_data.unwrap()["answers_applied"], 2);
+    client.close().await;
+    browser.close().await;
+}

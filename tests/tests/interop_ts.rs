@@ -264,7 +264,12 @@ async fn the_typescript_sdk_answers_a_tasks_questions_by_elicitation() {
     let report: Value = serde_json::from_slice(&output.stdout).expect("a JSON report");
     let asked = report["asked"].as_array().unwrap();
     assert_eq!(asked.len(), 2, "each question asked once: {report}");
-    assert!(asked[0].as_str().unwrap().starts_with("Which hotel in Lisbon"));
+    assert!(
+        asked[0]
+            .as_str()
+            .unwrap()
+            .starts_with("Which hotel in Lisbon")
+    );
     assert!(asked[1].as_str().unwrap().starts_with("Book "));
     let status = &report["status"];
     assert_eq!(status["status"], "completed", "{report}");
@@ -293,7 +298,9 @@ async fn the_typescript_sdk_answers_a_tasks_questions_by_elicitation() {
             )
             .await;
     }
-    let baseline = client.wait_terminal(&id, std::time::Duration::from_secs(60)).await;
+    let baseline = client
+        .wait_terminal(&id, std::time::Duration::from_secs(60))
+        .await;
     assert_eq!(Some(&status["result_data"]), baseline.result_data.as_ref());
     assert_eq!(status["result_data"]["answers_applied"], 2);
     client.close().await;

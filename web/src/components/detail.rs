@@ -6,18 +6,28 @@ use leptos::prelude::*;
 
 use super::chart::TrainingChart;
 use super::dashboard;
+use super::question::QuestionForm;
 
 #[component]
 pub fn Detail() -> impl IntoView {
     let dash = dashboard();
-    let task = move || {
+    // Memos: the panel is drawn again when the selected task or its timeline changes, not on
+    // every other task's event (which would also reset a half-typed answer).
+    let task = Memo::new(move |_| {
         let id = dash.selected.get()?;
         dash.tasks.with(|tasks| tasks.get(&id).cloned())
-    };
+    });
+    let timeline = Memo::new(move |_| {
+        let id = dash.selected.get()?;
+        dash.timelines.with(|t| t.get(&id).cloned())
+    });
     move || {
-        task().map(|task| {
+        task.get().map(|task| {
             let id = task.task_id.clone();
-            let timeline = dash.timelines.with(|t| t.get(&id).cloned().unwrap_or_default());
+            let timeline = timeline.get().unwrap_or_default();
+            let question = (task.status == durable_shared::TaskStatus::InputRequired)
+                .then(|| task.question.clone())
+                .flatten();
             let history = task
                 .result_data
                 .clone()
@@ -42,6 +52,7 @@ pub fn Detail() -> impl IntoView {
                         <h2>{super::table::kind_label(&task.kind).to_owned()}</h2>
                         <button class="link" on:click=move |_| dash.selected.set(None) aria-label="Close">"✕"</button>
                     </header>
+                    {question.map(|question| view! { <QuestionForm task_id=id.clone() question=question /> })}
                     <dl>
                         <dt>"Task id"</dt><dd><code>{id.clone()}</code></dd>
                         <dt>"Status"</dt><dd><span class=format!("badge {}", task.status)>{task.status.as_str()}</span></dd>

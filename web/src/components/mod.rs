@@ -4,6 +4,7 @@ mod chart;
 mod detail;
 mod forms;
 mod header;
+mod question;
 mod sign_in;
 mod table;
 

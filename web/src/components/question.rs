@@ -1,0 +1,169 @@
+//! The form of a task's open question, read from the question's JSON schema as the CLI's
+//! `task answer` reads it (`durable_shared::form`): a choice is a select, a yes/no field a
+//! select, any other field text. Answering calls `answer_task`; the server's error is shown
+//! next to the field it names, and a question that was meanwhile answered elsewhere says so.
+
+use std::collections::HashMap;
+
+use durable_shared::Question;
+use durable_shared::form::{Input, fields};
+use leptos::prelude::*;
+use serde_json::{Map, Value, json};
+
+use super::dashboard;
+use crate::mcp::McpError;
+use crate::sync::refresh_task;
+
+#[component]
+pub fn QuestionForm(task_id: String, question: Question) -> impl IntoView {
+    let dash = dashboard();
+    let fields = question
+        .schema
+        .as_object()
+        .map(|schema| fields(schema, &[]))
+        .unwrap_or_default();
+    let values: HashMap<String, RwSignal<String>> = fields
+        .iter()
+        .map(|field| {
+            let initial = match &field.input {
+                Input::Choice(choices) => choices.first().cloned().unwrap_or_default(),
+                Input::Boolean => "yes".to_owned(),
+                _ => field.initial_text(),
+            };
+            (field.name.clone(), RwSignal::new(initial))
+        })
+        .collect();
+    let values = StoredValue::new(values);
+    let answer_fields = StoredValue::new(fields.clone());
+    let error = RwSignal::new(None::<(Option<String>, String)>);
+    let busy = RwSignal::new(false);
+    let ids = StoredValue::new((task_id, question.id.clone()));
+    let send = move |action: &'static str| {
+        let (task_id, question_id) = ids.get_value();
+        let mut arguments =
+            json!({"task_id": task_id, "question_id": question_id, "action": action});
+        if action == "accept" {
+            let answer: Map<String, Value> = answer_fields.with_value(|fields| {
+                fields
+                    .iter()
+                    .map(|field| {
+                        let typed = values.with_value(|v| v[&field.name].get_untracked());
+                        (field.name.clone(), field.value_of(&typed))
+                    })
+                    .collect()
+            });
+            arguments["answer"] = Value::Object(answer);
+        }
+        busy.set(true);
+        error.set(None);
+        leptos::task::spawn_local(async move {
+            let mcp = crate::connection();
+            match mcp.call_tool("answer_task", arguments).await {
+                Ok(_) => {
+                    let _ = refresh_task(&mcp, dash, &task_id).await;
+                }
+                Err(McpError::Tool { message, field }) => error.set(Some((field, message))),
+                Err(other) => error.set(Some((None, other.to_string()))),
+            }
+            busy.set(false);
+        });
+    };
+    // An error about no field of this form (a question answered meanwhile elsewhere, say) is
+    // shown under the whole form.
+    let names_a_field = move |e: &Option<(Option<String>, String)>| match e {
+        Some((Some(named), _)) => {
+            answer_fields.with_value(|fields| fields.iter().any(|field| field.name == *named))
+        }
+        _ => false,
+    };
+    let question_id = question.id.clone();
+    view! {
+        <form
+            class="start-form question"
+            data-test="question"
+            data-question-id=question_id
+            on:submit=move |ev: leptos::ev::SubmitEvent| {
+                ev.prevent_default();
+                send("accept");
+            }
+        >
+            <h3>"Waiting for your answer"</h3>
+            <p data-test="question-message">{question.message.clone()}</p>
+            {fields
+                .into_iter()
+                .map(|field| {
+                    let value = values.with_value(|v| v[&field.name]);
+                    let id = format!("answer-{}", field.name);
+                    let name = StoredValue::new(field.name.clone());
+                    let is_mine = move |e: &Option<(Option<String>, String)>| {
+                        name.with_value(|name| matches!(e, Some((Some(f), _)) if f == name))
+                    };
+                    let options = match &field.input {
+                        Input::Choice(choices) => Some(choices.clone()),
+                        Input::Boolean => Some(vec!["yes".to_owned(), "no".to_owned()]),
+                        _ => None,
+                    };
+                    let input = match options {
+                        Some(options) => view! {
+                            <select
+                                id=id.clone()
+                                name=field.name.clone()
+                                prop:value=move || value.get()
+                                on:change=move |ev| value.set(event_target_value(&ev))
+                                aria-invalid=move || error.with(is_mine).to_string()
+                            >
+                                {options
+                                    .into_iter()
+                                    .map(|option| view! { <option value=option.clone()>{option.clone()}</option> })
+                                    .collect_view()}
+                            </select>
+                        }
+                        .into_any(),
+                        None => view! {
+                            <input
+                                id=id.clone()
+                                name=field.name.clone()
+                                prop:value=move || value.get()
+                                on:input=move |ev| value.set(event_target_value(&ev))
+                                aria-invalid=move || error.with(is_mine).to_string()
+                            />
+                        }
+                        .into_any(),
+                    };
+                    view! {
+                        <label for=id title=field.description.clone().unwrap_or_default()>
+                            {field.title.clone()}
+                        </label>
+                        {input}
+                        {move || {
+                            error.with(|e| match e {
+                                Some((_, message)) if is_mine(e) => Some(view! {
+                                    <p class="field-error" data-test=format!("answer-error-{}", name.get_value())>
+                                        {message.clone()}
+                                    </p>
+                                }),
+                                _ => None,
+                            })
+                        }}
+                    }
+                })
+                .collect_view()}
+            {move || {
+                error.with(|e| match e {
+                    Some((_, message)) if !names_a_field(e) => Some(view! {
+                        <p class="field-error" data-test="answer-error">{message.clone()}</p>
+                    }),
+                    _ => None,
+                })
+            }}
+            <div class="actions">
+                <button type="submit" class="primary" data-test="answer" disabled=move || busy.get()>
+                    {move || if busy.get() { "Sending…" } else { "Answer" }}
+                </button>
+                <button type="button" data-test="decline" disabled=move || busy.get() on:click=move |_| send("decline")>
+                    "Decline"
+                </button>
+            </div>
+        </form>
+    }
+}
