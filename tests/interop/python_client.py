@@ -10,7 +10,8 @@ The everyday flow: list the tools, start a task and follow it (`subscriptions/li
 call. On 2026-07-28 also the `io.modelcontextprotocol/tasks` extension (SEP-2663), which the
 SDK leaves to extensions: a task-only tool called as a task and polled with `tasks/get` to its
 inline result, and the travel flow, whose questions arrive as `inputRequests` of the task and
-are answered with `tasks/update`, each answered through the SDK's elicitation callback.
+are answered with `tasks/update`; and the same trip without the extension, its questions
+arriving as `input_required` results of the call, answered by the SDK's elicitation callback.
 """
 
 import asyncio
@@ -206,6 +207,21 @@ async def main(url: str) -> None:
             trip = await client.call_tool("run_trip_planning", TRIP)
             report["trip_is_error"] = trip.is_error
             report["trip_result"] = trip.structured_content
+    if report["protocol_version"] == "2026-07-28":
+        # Without the tasks extension, a client that can be asked gets the trip's questions as
+        # input_required results of the call itself, which the SDK answers through its
+        # elicitation callback and sends again.
+        inline_questions = report.setdefault("inline_questions", [])
+
+        async def elicit(_context, params):
+            fields = params.model_dump(by_alias=True)
+            inline_questions.append(fields["message"])
+            return types.ElicitResult.model_validate(answer(fields))
+
+        async with Client(server, elicitation_callback=elicit) as client:
+            trip = await client.call_tool("run_trip_planning", TRIP)
+            report["inline_trip_is_error"] = trip.is_error
+            report["inline_trip_result"] = trip.structured_content
     print(json.dumps(report))
 
 

@@ -63,7 +63,8 @@ async fn assert_everyday_flow(report: &Value) {
 /// The SDK's default mode negotiates the stateless 2026-07-28 protocol: the everyday flow with
 /// `subscriptions/listen`, a task-only tool run as an SEP-2663 task polled to its inline result,
 /// and the travel flow, whose two questions reach the SDK as the task's `inputRequests` and
-/// are answered with `tasks/update`, each applied once.
+/// are answered with `tasks/update`, each applied once; then the same trip as a plain call,
+/// whose questions are `input_required` results answered by the SDK's elicitation callback.
 #[tokio::test]
 async fn the_python_sdk_client_speaks_2026_07_28_by_default() {
     let dir = tempfile::tempdir().unwrap();
@@ -109,6 +110,24 @@ async fn the_python_sdk_client_speaks_2026_07_28_by_default() {
     let trip = &report["trip_result"];
     assert_eq!(trip["answers_applied"], 2, "{report}");
     assert_eq!(trip["booked"], true, "{report}");
+
+    // The same trip as a plain call: its two questions as input_required results, answered by
+    // the SDK's elicitation callback; the same booking.
+    let inline = report["inline_questions"].as_array().unwrap();
+    assert_eq!(inline.len(), 2, "{report}");
+    assert!(
+        inline[0]
+            .as_str()
+            .unwrap()
+            .starts_with("Which hotel in Lisbon")
+    );
+    assert_eq!(report["inline_trip_is_error"], false, "{report}");
+    let mut inline_trip = report["inline_trip_result"].clone();
+    let mut tasked_trip = trip.clone();
+    for result in [&mut inline_trip, &mut tasked_trip] {
+        result.as_object_mut().unwrap().remove("task_id");
+    }
+    assert_eq!(inline_trip, tasked_trip, "{report}");
 }
 
 /// Pinned to the session protocol, the same SDK initializes 2025-11-25, subscribes with

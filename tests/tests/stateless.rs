@@ -1,8 +1,9 @@
 //! The stateless protocol 2026-07-28 over raw HTTP, beside the session versions: `server/discover`,
 //! `Mcp-Method`/`Mcp-Name` checked against the body, tools and resources without a session,
 //! `subscriptions/listen`, SEP-2663 task handles committed before the answer (a SIGKILL right
-//! after it loses nothing) and expiring by their ttl, and a closed response stream cancelling
-//! its plain call.
+//! after it loses nothing) and expiring by their ttl, a closed response stream cancelling its
+//! plain call, and a plain call's questions as `input_required` rounds (multi round-trip
+//! requests) that survive a SIGKILL between them.
 
 use std::time::Duration;
 
@@ -377,4 +378,108 @@ async fn closing_the_stream_of_a_plain_call_cancels_it() {
     stream.until(IO_TIMEOUT, progress).await;
     let resumed = read_until(&client, &task_id, |status| status["status"] == "running").await;
     assert!(resumed["progress"].as_u64() >= paused["progress"].as_u64());
+}
+
+fn trip() -> Value {
+    json!({"destination": "Lisbon", "start_date": "2027-05-14", "nights": 3, "budget": 900})
+}
+
+/// A plain call of a task-only tool by a client that can be asked: each question is an
+/// `input_required` result whose `requestState` names the task. The question outlives a
+/// SIGKILL between the rounds; the retry answers it; the same retry sent again finds it
+/// answered and does not apply it twice; the call ends with the trip an `answer_task` run gives.
+#[tokio::test]
+async fn a_plain_calls_questions_are_input_required_rounds_that_survive_a_kill() {
+    let (_dir, mut server) = server(&["--time-scale", "0.01"]).await;
+    let mut asker = Stateless::new(&server.mcp_url(), Some("asker"));
+    asker.capabilities = json!({"elicitation": {"form": {}}});
+    let first = asker
+        .call(1, "tools/call", tool_call("run_trip_planning", trip()))
+        .await;
+    assert_eq!(first["resultType"], "input_required", "{first}");
+    let state = first["requestState"]
+        .as_str()
+        .expect("requestState")
+        .to_owned();
+    let asked = &first["inputRequests"]["choose_hotel"];
+    assert_eq!(asked["method"], "elicitation/create", "{first}");
+    let hotel = asked["params"]["requestedSchema"]["properties"]["hotel"]["enum"][2].clone();
+
+    server.kill9().await;
+    server.restart().await;
+    asker.url = server.mcp_url();
+    asker.http = durable_tests::raw::http_client(None);
+    let retry = json!({
+        "name": "run_trip_planning", "arguments": trip(), "requestState": state,
+        "inputResponses": {"choose_hotel": {"action": "accept", "content": {"hotel": hotel}}},
+    });
+    let second = asker.call(2, "tools/call", retry.clone()).await;
+    assert_eq!(second["resultType"], "input_required", "{second}");
+    assert!(
+        second["inputRequests"]["confirm_booking"].is_object(),
+        "{second}"
+    );
+    // The same retry again: its answer was applied, so it is not applied twice.
+    let again = asker.call(3, "tools/call", retry).await;
+    assert_eq!(again["inputRequests"], second["inputRequests"], "{again}");
+
+    let confirm = json!({
+        "name": "run_trip_planning", "arguments": trip(), "requestState": state,
+        "inputResponses": {"confirm_booking": {"action": "accept", "content": {"book": true}}},
+    });
+    let done = asker.call(4, "tools/call", confirm).await;
+    assert_eq!(done["isError"], false, "{done}");
+    let trip_result = &done["structuredContent"];
+    assert_eq!(trip_result["answers_applied"], 2, "{done}");
+    assert_eq!(trip_result["hotel"], hotel);
+
+    let (_, unknown) = asker
+        .send(
+            5,
+            "tools/call",
+            json!({"name": "run_trip_planning", "arguments": trip(), "requestState": "made-up"}),
+        )
+        .await;
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+    assert_eq!(
+        unknown["error"]["data"]["field"], "requestState",
+        "{unknown}"
+    );
+
+    // The same answers through answer_task give the same trip.
+    let baseline = Stateless::new(&server.mcp_url(), Some("baseline"));
+    let started = baseline
+        .call(6, "tools/call", tool_call("start_trip_planning", trip()))
+        .await;
+    let id = started["structuredContent"]["task_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for (n, (question, answer)) in [
+        ("choose_hotel", json!({"hotel": hotel})),
+        ("confirm_booking", json!({"book": true})),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        read_until(&baseline, &id, |status| {
+            status["question"]["id"] == question
+        })
+        .await;
+        let answered = baseline
+            .call(
+                7 + n as u64,
+                "tools/call",
+                tool_call(
+                    "answer_task",
+                    json!({"task_id": id, "question_id": question, "answer": answer}),
+                ),
+            )
+            .await;
+        assert_eq!(answered["isError"], false, "{answered}");
+    }
+    let ended = read_until(&baseline, &id, |status| status["status"] == "completed").await;
+    let mut inline = trip_result.clone();
+    inline.as_object_mut().unwrap().remove("task_id");
+    assert_eq!(ended["result_data"], inline);
 }

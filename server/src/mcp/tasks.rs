@@ -37,8 +37,8 @@ use durable_shared::{Question, TaskInfo};
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CreateTaskResult, DetailedTask, ErrorCode,
-    InputRequest, InputRequests, JsonObject, ProtocolVersion, ServerResult, Task as McpTask,
-    TaskPayload, TaskStatus as McpStatus, Tool,
+    InputRequest, InputRequests, InputRequiredResult, JsonObject, ProtocolVersion, ServerResult,
+    Task as McpTask, TaskPayload, TaskStatus as McpStatus, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -141,6 +141,11 @@ pub const PRIVATE_CALL: &str = "durable-mcp/tasks/call";
 pub const PRIVATE_GET: &str = "durable-mcp/tasks/get";
 pub const PRIVATE_CANCEL: &str = "durable-mcp/tasks/cancel";
 pub const PRIVATE_LIST_TOOLS: &str = "durable-mcp/tools/list";
+
+fn declares_elicitation(ctx: &RequestContext<RoleServer>) -> bool {
+    ctx.client_capabilities()
+        .is_some_and(|capabilities| capabilities.elicitation.is_some())
+}
 
 fn declares_extension(ctx: &RequestContext<RoleServer>) -> bool {
     ctx.client_capabilities()
@@ -433,9 +438,15 @@ impl DurableServer {
                 let call = ToolCallContext::new(self, call, ctx);
                 self.shared.tool_router.call(call).await
             }
+            (TaskSupport::Required, false)
+                if super::stateless(&ctx) && declares_elicitation(&ctx) =>
+            {
+                self.call_asking_inline(call, ctx).await
+            }
             (TaskSupport::Required, false) => Err(ApiError::MethodNotFound(format!(
                 "tool {} runs only as a task (its execution.taskSupport is \"required\"): call \
-                 it with a task field (MCP 2025-11-25) or declare the {} extension",
+                 it with a task field (MCP 2025-11-25) or declare the {} extension (or, on \
+                 2026-07-28, the elicitation capability, to be asked its questions inline)",
                 call.name,
                 rmcp::model::TASKS_EXTENSION_ID
             ))
@@ -449,6 +460,127 @@ impl DurableServer {
                 )))
             }
         }
+    }
+
+    /// A task-only tool called plainly on 2026-07-28 by a client that can be asked: the call
+    /// runs the kind's task and answers its result, and each question the task asks on the way
+    /// is an `input_required` result (2026-07-28, "Multi Round-Trip Requests") whose
+    /// `requestState` is the task's id. The client's retry, with the person's answer in
+    /// `inputResponses` under the question's id, answers the question (once: a repeated retry
+    /// finds it answered and waits on) and waits for the next question or the end. The task is
+    /// durable between rounds, however long the person takes or whatever restarts meanwhile;
+    /// a closed stream ends the round, never the task.
+    async fn call_asking_inline(
+        &self,
+        call: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let kind = self
+            .task_kind(&call.name)
+            .expect("only task-only tools are called inline");
+        let task = match &call.request_state {
+            Some(task_id) => {
+                let task = self
+                    .visible_task(task_id, &ctx)
+                    .await
+                    .map_err(|e| match e {
+                        EngineError::NotFound(_) => ApiError::InvalidParams(ParamError::new(
+                            "requestState",
+                            "requestState names no task of yours: send it back exactly as the \
+                             input_required result gave it, or call again without it",
+                        )),
+                        e => ApiError::from(e),
+                    })?;
+                if task.kind != kind {
+                    return Err(ApiError::InvalidParams(ParamError::new(
+                        "requestState",
+                        format!(
+                            "requestState names a {} task, not one of {}",
+                            task.kind, call.name
+                        ),
+                    ))
+                    .into());
+                }
+                task
+            }
+            None => {
+                let owner = self.caller(&ctx).owner;
+                self.shared
+                    .engine
+                    .start(kind, &owner, call_arguments(&call))
+                    .await
+                    .map_err(ApiError::from)?
+            }
+        };
+        let task_id = task.task_id.clone();
+        if let (Some(question), Some(responses)) = (&task.question, &call.input_responses)
+            && let Some(response) = responses.get(&question.id)
+            && let Some(answer) = elicited_answer(response)?
+        {
+            match self
+                .shared
+                .engine
+                .answer(&task_id, &question.id, answer)
+                .await
+            {
+                // A retry sent again after its answer was applied: the task has moved on.
+                Ok(_) | Err(EngineError::QuestionNotOpen(_)) => {}
+                Err(e) => return Err(ApiError::from(e).into()),
+            }
+        }
+        let task = self.settled(&task_id, &ctx).await?;
+        if let Some(result) = final_outcome(&task) {
+            return Ok(CallToolResponse::Complete(result));
+        }
+        let requests = task
+            .question
+            .as_ref()
+            .and_then(input_requests)
+            .ok_or_else(|| {
+                ApiError::Unavailable(format!("task {task_id} waits for input it cannot ask for"))
+            })?;
+        Ok(CallToolResponse::InputRequired(InputRequiredResult::new(
+            Some(requests),
+            Some(task_id),
+        )))
+    }
+
+    /// Waits until the caller's task has ended or waits for an answer (or the request is
+    /// cancelled); returns it then.
+    async fn settled(
+        &self,
+        task_id: &str,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<TaskInfo, McpError> {
+        let is_settled = |task: &TaskInfo| {
+            task.status.is_terminal()
+                || (task.status == durable_shared::TaskStatus::InputRequired
+                    && task.question.is_some())
+        };
+        // Watch before reading, so a change right after the read is not missed.
+        let mut watch = self.shared.engine.watch(task_id);
+        let mut task = self
+            .visible_task(task_id, ctx)
+            .await
+            .map_err(ApiError::from)?;
+        while !is_settled(&task) {
+            task = tokio::select! {
+                _ = ctx.ct.cancelled() => {
+                    return Err(ApiError::Cancelled("request cancelled; the task continues".into()).into());
+                }
+                _ = self.shared.shutdown.cancelled() => {
+                    return Err(ApiError::Unavailable("server is shutting down; call again with the same requestState after it restarts".into()).into());
+                }
+                changed = watch.changed() => match changed {
+                    Some(task) => task,
+                    None => {
+                        watch = self.shared.engine.watch(task_id);
+                        self.visible_task(task_id, ctx).await.map_err(ApiError::from)?
+                    }
+                },
+            };
+        }
+        Ok(task)
     }
 
     /// A 2025-11-25 task-augmented `tools/call`.
