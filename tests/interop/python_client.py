@@ -166,15 +166,20 @@ async def main(url: str) -> None:
     started_at = time.monotonic()
     token = os.environ.get("MCP_BEARER_TOKEN")
     mode = os.environ.get("MCP_MODE", "auto")
-    server = url
+    http = None
     if token:
         # The SDK takes headers through the HTTP client it is given.
         http = httpx2.AsyncClient(
             headers={"Authorization": f"Bearer {token}"},
             timeout=httpx2.Timeout(30, read=300),
         )
-        server = streamable_http_client(url, http_client=http)
-    async with Client(server, mode=mode, extensions=[Tasks(report)]) as client:
+
+    def server():
+        """The server to connect to: its URL, or a transport over the token's HTTP client (a
+        transport serves one connection)."""
+        return streamable_http_client(url, http_client=http) if http else url
+
+    async with Client(server(), mode=mode, extensions=[Tasks(report)]) as client:
         report["connect_seconds"] = time.monotonic() - started_at
         report["protocol_version"] = client.protocol_version
         stateless = client.protocol_version == "2026-07-28"
@@ -218,7 +223,7 @@ async def main(url: str) -> None:
             inline_questions.append(fields["message"])
             return types.ElicitResult.model_validate(answer(fields))
 
-        async with Client(server, elicitation_callback=elicit) as client:
+        async with Client(server(), elicitation_callback=elicit) as client:
             trip = await client.call_tool("run_trip_planning", TRIP)
             report["inline_trip_is_error"] = trip.is_error
             report["inline_trip_result"] = trip.structured_content

@@ -483,3 +483,177 @@ async fn a_plain_calls_questions_are_input_required_rounds_that_survive_a_kill()
     inline.as_object_mut().unwrap().remove("task_id");
     assert_eq!(ended["result_data"], inline);
 }
+
+/// With authorization on, a stateless request is its token's subject: another subject neither
+/// reaches its task handle nor continues its plain call by `requestState`, and a subject at its
+/// session limit is still served statelessly (such a request opens no session).
+#[tokio::test]
+async fn stateless_requests_belong_to_their_subject_and_open_no_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let issuer = durable_tests::auth::Issuer::new(dir.path());
+    let server = issuer
+        .start_server(
+            dir.path(),
+            &["--time-scale", "0.01", "--max-sessions-per-subject", "1"],
+        )
+        .await;
+    let as_subject = |subject: &str| {
+        let token = issuer.token(subject, durable_tests::auth::WRITE);
+        let mut client = Stateless::new(&server.mcp_url(), None);
+        client.http = durable_tests::raw::http_client(Some(&token));
+        (client, token)
+    };
+    let (alice, alice_token) = as_subject("alice");
+    let alice = alice.with_tasks();
+    let (mut bob, _) = as_subject("bob");
+
+    // Alice uses her one session; her stateless requests are served all the same.
+    let _session = durable_tests::raw::RawSession::open_as(
+        &server.mcp_url(),
+        "2025-11-25",
+        Some(&alice_token),
+    )
+    .await;
+    let created = alice
+        .call(
+            1,
+            "tools/call",
+            tool_call("run_batch_processing", endless_batch()),
+        )
+        .await;
+    let task_id = created["taskId"]
+        .as_str()
+        .expect("a task handle")
+        .to_owned();
+    let got = alice.call(2, "tasks/get", json!({"taskId": task_id})).await;
+    assert_eq!(got["status"], "working", "{got}");
+
+    bob = bob.with_tasks();
+    let (_, foreign) = bob.send(3, "tasks/get", json!({"taskId": task_id})).await;
+    assert_eq!(foreign["error"]["code"], -32602, "{foreign}");
+    let (_, foreign) = bob
+        .send(
+            4,
+            "resources/read",
+            json!({"uri": format!("task://status/{task_id}")}),
+        )
+        .await;
+    assert!(foreign.get("error").is_some(), "{foreign}");
+
+    let (mut alice_asks, _) = as_subject("alice");
+    alice_asks.capabilities = json!({"elicitation": {"form": {}}});
+    let first = alice_asks
+        .call(5, "tools/call", tool_call("run_trip_planning", trip()))
+        .await;
+    let state = first["requestState"].as_str().unwrap().to_owned();
+    bob.capabilities = json!({"elicitation": {"form": {}}});
+    let (_, stolen) = bob
+        .send(
+            6,
+            "tools/call",
+            json!({"name": "run_trip_planning", "arguments": trip(), "requestState": state,
+                   "inputResponses": {"choose_hotel": {"action": "decline"}}}),
+        )
+        .await;
+    assert_eq!(stolen["error"]["data"]["field"], "requestState", "{stolen}");
+    let again = alice_asks
+        .call(
+            7,
+            "tools/call",
+            json!({"name": "run_trip_planning", "arguments": trip(), "requestState": state}),
+        )
+        .await;
+    assert!(
+        again["inputRequests"]["choose_hotel"].is_object(),
+        "bob's decline was not applied: {again}"
+    );
+}
+
+/// The rounds of a plain call when the person does not simply answer: an answer the task
+/// cannot take is asked again with the reason, a dismissed question is a tool error saying the
+/// task still waits, and a call whose stream closes before it handed out a `requestState`
+/// cancels the task it started, which nobody could come back to.
+#[tokio::test]
+async fn a_plain_calls_rounds_handle_bad_answers_dismissals_and_a_closed_stream() {
+    let (_dir, server) = server(&["--time-scale", "0.01"]).await;
+    let mut asker = Stateless::new(&server.mcp_url(), Some("asker"));
+    asker.capabilities = json!({"elicitation": {"form": {}}});
+    let first = asker
+        .call(1, "tools/call", tool_call("run_trip_planning", trip()))
+        .await;
+    let state = first["requestState"].as_str().unwrap().to_owned();
+    let retry = |response: Value| {
+        json!({"name": "run_trip_planning", "arguments": trip(), "requestState": state,
+               "inputResponses": {"choose_hotel": response}})
+    };
+    let bad = asker
+        .call(
+            2,
+            "tools/call",
+            retry(json!({"action": "accept", "content": {"hotel": "Nowhere Inn"}})),
+        )
+        .await;
+    let message = bad["inputRequests"]["choose_hotel"]["params"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.contains("hotel must be one of") && message.contains("please answer again"),
+        "{bad}"
+    );
+    let dismissed = asker
+        .call(3, "tools/call", retry(json!({"action": "cancel"})))
+        .await;
+    assert_eq!(dismissed["isError"], true, "{dismissed}");
+    assert!(
+        dismissed["content"][0]["text"]
+            .as_str()
+            .is_some_and(|text| text.contains("still waits")),
+        "{dismissed}"
+    );
+    let status = read_until(&asker, &state, |_| true).await;
+    assert_eq!(status["status"], "input_required", "{status}");
+
+    // The call sends nothing before its answer, so its response has not even begun when the
+    // connection is dropped.
+    let call = asker.body(
+        4,
+        "tools/call",
+        tool_call("run_batch_processing", endless_batch()),
+    );
+    let pending = tokio::spawn(
+        asker
+            .http
+            .post(&asker.url)
+            .header("Accept", "application/json, text/event-stream")
+            .header("MCP-Protocol-Version", STATELESS_VERSION)
+            .header("Mcp-Method", "tools/call")
+            .header("Mcp-Name", "run_batch_processing")
+            .header("X-Client-Id", "asker")
+            .json(&call)
+            .send(),
+    );
+    let batch = within(IO_TIMEOUT, "the call's task", async {
+        loop {
+            let listed = asker
+                .call(5, "resources/read", json!({"uri": "task://list"}))
+                .await;
+            let found = status_of(&listed)["tasks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|task| task["kind"] == "batch_processing")
+                .map(|task| task["task_id"].as_str().unwrap().to_owned());
+            if let Some(found) = found {
+                return found;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    })
+    .await;
+    pending.abort();
+    let ended = read_until(&asker, &batch, |status| {
+        ["completed", "failed", "cancelled"].contains(&status["status"].as_str().unwrap_or(""))
+    })
+    .await;
+    assert_eq!(ended["status"], "cancelled", "{ended}");
+}

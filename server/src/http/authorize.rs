@@ -151,7 +151,10 @@ async fn authenticate(
             }
             Err(e) => return Err(ApiError::Store(e).into_response()),
         },
-        None if request.method() == Method::POST => {
+        // A stateless (2026-07-28) request never opens a session.
+        None if request.method() == Method::POST
+            && !super::stateless::names_stateless_version(request.headers()) =>
+        {
             let limit = state.limits.sessions_per_subject;
             match state.streams.sessions_of(&principal.subject).await {
                 Ok(open) if open >= limit => {

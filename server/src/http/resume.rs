@@ -93,6 +93,8 @@ pub async fn resumable(
     // Every resumption is checked, whatever else the request carries (a protocol version
     // rmcp would serve without a session, an Origin rmcp matches differently): rmcp itself
     // replays any stream to anyone who names it.
+    // Whether a GET resumes the session's standalone stream (rather than a POST's).
+    let mut resumes_standalone = false;
     if method == Method::GET
         && let Some(last_event_id) = &last_event_id
     {
@@ -102,8 +104,8 @@ pub async fn resumable(
             (Some(session), Some(_)) => Caller::Known(session),
         };
         match check_resume(&state.streams, caller, last_event_id).await {
-            Ok(Resume::Pass) => {}
-            Ok(Resume::Refuse(status, message)) => {
+            Ok((Resume::Pass, standalone)) => resumes_standalone = standalone,
+            Ok((Resume::Refuse(status, message), _)) => {
                 return ApiError::Http { status, message }.into_response();
             }
             Err(e) => return ApiError::Store(e).into_response(),
@@ -155,9 +157,11 @@ pub async fn resumable(
         },
         sse_retry: state.sse_retry,
         added_capabilities: state.added_capabilities.clone(),
-        _open: session
-            .filter(|_| version.is_some())
-            .map(|session| state.streams.open_stream(&session, method == Method::GET)),
+        _open: session.filter(|_| version.is_some()).map(|session| {
+            state
+                .streams
+                .open_stream(&session, fresh_get || resumes_standalone)
+        }),
     };
     let (parts, body) = response.into_parts();
     // rmcp's SSE body yields each event as a frame of its own, which goes out as an HTTP chunk
@@ -203,11 +207,12 @@ fn joined(frames: Vec<Result<Bytes, axum::Error>>) -> Result<Bytes, axum::Error>
 }
 
 /// What the store holds of the stream `last_event_id` names, and the verdict on it.
+/// The verdict on a resumption, and whether the stream it resumes is a standalone one.
 async fn check_resume(
     streams: &StreamStore,
     caller: Caller<'_>,
     last_event_id: &str,
-) -> Result<Resume, StoreError> {
+) -> Result<(Resume, bool), StoreError> {
     let id = last_event_id.parse::<EventId>();
     let stream = match (caller, &id) {
         (Caller::Known(_), Ok(id)) => stored_stream(streams, id).await?,
@@ -217,7 +222,7 @@ async fn check_resume(
     if let (Resume::Refuse(StatusCode::FORBIDDEN, _), Caller::Known(session)) = (&verdict, caller) {
         tracing::warn!(session, "Last-Event-ID of another session refused");
     }
-    Ok(verdict)
+    Ok((verdict, stream.is_some_and(|stream| stream.standalone)))
 }
 
 async fn stored_stream(
@@ -229,6 +234,7 @@ async fn stored_stream(
     };
     Ok(Some(StoredStream {
         owner: info.session_id,
+        standalone: info.standalone,
         next_seq: info.next_seq,
         event_kept: streams.event_exists(&id.token, id.seq).await?,
         // Asked only of an unfinished stream: a finished one replays to its end.
@@ -251,6 +257,8 @@ enum Caller<'a> {
 struct StoredStream {
     /// The session that received the stream; `None` until that is known.
     owner: Option<String>,
+    /// It is the session's standalone stream.
+    standalone: bool,
     /// The seq the stream's next event will get.
     next_seq: u64,
     /// Whether the event the id names is still stored (events expire).
@@ -567,6 +575,7 @@ mod tests {
     fn stream(owner: Option<&str>, next_seq: u64, event_kept: bool) -> StoredStream {
         StoredStream {
             owner: owner.map(str::to_owned),
+            standalone: false,
             next_seq,
             event_kept,
             abandoned: false,

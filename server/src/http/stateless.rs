@@ -59,13 +59,19 @@ fn is_stateless_version(version: &str) -> bool {
     version >= ProtocolVersion::V_2026_07_28.as_str()
 }
 
+/// Whether the request's `MCP-Protocol-Version` header names the stateless revision (or a
+/// later one), which every 2026-07-28 request carries.
+pub fn names_stateless_version(headers: &HeaderMap) -> bool {
+    headers
+        .get(PROTOCOL_VERSION_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(is_stateless_version)
+}
+
 /// The decision when the headers make it: a 2026-07-28 version header is stateless, a session
 /// without one is not; `None` when only the body can tell.
 fn by_headers(headers: &HeaderMap) -> Option<bool> {
-    let version = headers
-        .get(PROTOCOL_VERSION_HEADER)
-        .and_then(|value| value.to_str().ok());
-    if version.is_some_and(is_stateless_version) {
+    if names_stateless_version(headers) {
         return Some(true);
     }
     if headers.contains_key(SESSION_HEADER) {

@@ -146,14 +146,17 @@ impl DurableServer {
 
     /// Who the request comes from. With authorization on: the token's subject, who sees all
     /// tasks only with the operator scope. Without: the client id (below), and a single-user
-    /// local server shows every client everything.
+    /// local server shows every client everything. A session remembers it in the routing
+    /// index, for its notifications; a stateless request, which has none, does not.
     fn caller(&self, ctx: &RequestContext<RoleServer>) -> Caller {
         match principal(ctx) {
             Some(principal) => {
                 let sees_all = principal.scopes.operator;
-                self.shared
-                    .routes
-                    .set_viewer(self.key(), &principal.subject, sees_all);
+                if !stateless(ctx) {
+                    self.shared
+                        .routes
+                        .set_viewer(self.key(), &principal.subject, sees_all);
+                }
                 Caller {
                     owner: principal.subject.clone(),
                     sees_all,
@@ -210,7 +213,9 @@ impl DurableServer {
             .or_else(|| header(CLIENT_ID_HEADER))
             .or_else(|| header("mcp-session-id"))
             .unwrap_or_else(|| "anonymous".to_owned());
-        self.shared.routes.set_client(self.key(), &id);
+        if !stateless(ctx) {
+            self.shared.routes.set_client(self.key(), &id);
+        }
         id
     }
 
@@ -338,10 +343,13 @@ impl ServerHandler for DurableServer {
         &self,
         requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
+        // At most as many as a session may subscribe to, so that the acknowledgment shows what
+        // is followed (whether each task may be seen is checked once the request runs).
         let mut accepted = SubscriptionFilter::new();
         accepted.resource_subscriptions = requested.resource_subscriptions.as_ref().map(|uris| {
             uris.iter()
                 .filter(|uri| resources::parse(uri).is_ok())
+                .take(self.shared.limits.subscriptions_per_session)
                 .cloned()
                 .collect()
         });

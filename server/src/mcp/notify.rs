@@ -28,7 +28,6 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
 
-use super::error::ApiError;
 use super::resources::{self, LIST_LIMIT, TaskUri};
 use super::routes::{Delivery, Inbox, Next, Routes, SessionKey};
 use super::tasks::{detailed_task, legacy_task, speaks_legacy_tasks};
@@ -172,23 +171,15 @@ impl DurableServer {
         subscription: SubscriptionContext,
     ) -> Result<(), McpError> {
         let caller = self.caller(subscription.request_context());
+        // What its `task://list` notifications may show.
+        self.shared
+            .routes
+            .set_viewer(self.key(), &caller.owner, caller.sees_all);
         let uris = subscription
             .accepted()
             .resource_subscriptions
             .clone()
             .unwrap_or_default();
-        let limit = self.shared.limits.subscriptions_per_session;
-        if uris.len() > limit {
-            return Err(ApiError::Limit {
-                limit: "max_subscriptions_per_session",
-                message: format!(
-                    "one subscriptions/listen request may follow at most {limit} resources \
-                     (--max-subscriptions-per-session); {} were asked for",
-                    uris.len()
-                ),
-            }
-            .into());
-        }
         for uri in &uris {
             resources::check_subscribable(&self.shared.engine, &caller, uri).await?;
         }

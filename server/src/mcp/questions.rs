@@ -96,8 +96,8 @@ pub(super) fn ask(
     }
     tokio::spawn(async move {
         let shutdown = shared.shutdown.clone();
-        let listening = async {
-            match &session_id {
+        let asked = async {
+            let listening = match &session_id {
                 Some(session_id) => {
                     shared
                         .streams
@@ -105,16 +105,15 @@ pub(super) fn ask(
                         .await
                 }
                 None => true,
+            };
+            if listening {
+                ask_until_answered(&shared, &peer, &key.0, &question).await;
+            } else {
+                tracing::debug!(task_id = key.0, "a session opened no stream to be asked on");
             }
         };
         tokio::select! {
-            listening = listening => {
-                if listening {
-                    ask_until_answered(&shared, &peer, &key.0, &question).await;
-                } else {
-                    tracing::debug!(task_id = key.0, "a session opened no stream to be asked on");
-                }
-            }
+            _ = asked => {}
             // The question stays with the task: the next start asks it again.
             _ = shutdown.cancelled() => {}
         }

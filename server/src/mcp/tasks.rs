@@ -36,9 +36,9 @@ use durable_shared::kinds::{
 use durable_shared::{Question, TaskInfo};
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CreateTaskResult, DetailedTask, ErrorCode,
-    InputRequest, InputRequests, InputRequiredResult, JsonObject, ProtocolVersion, ServerResult,
-    Task as McpTask, TaskPayload, TaskStatus as McpStatus, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CreateTaskResult,
+    DetailedTask, ErrorCode, InputRequest, InputRequests, InputRequiredResult, JsonObject,
+    ProtocolVersion, ServerResult, Task as McpTask, TaskPayload, TaskStatus as McpStatus, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -513,10 +513,21 @@ impl DurableServer {
             }
         };
         let task_id = task.task_id.clone();
+        // What the person was told was wrong with their answer, asked again with the question.
+        let mut refused = None;
         if let (Some(question), Some(responses)) = (&task.question, &call.input_responses)
             && let Some(response) = responses.get(&question.id)
-            && let Some(answer) = elicited_answer(response)?
         {
+            let Some(answer) = elicited_answer(response)? else {
+                return Ok(CallToolResponse::Complete(CallToolResult::error(vec![
+                    ContentBlock::text(format!(
+                        "the question {} was dismissed; task {task_id} still waits for it: call \
+                         again with the same requestState to be asked again, or answer it with \
+                         answer_task",
+                        question.id
+                    )),
+                ])));
+            };
             match self
                 .shared
                 .engine
@@ -525,37 +536,59 @@ impl DurableServer {
             {
                 // A retry sent again after its answer was applied: the task has moved on.
                 Ok(_) | Err(EngineError::QuestionNotOpen(_)) => {}
+                Err(EngineError::InvalidParams(e)) => refused = Some(e.message),
                 Err(e) => return Err(ApiError::from(e).into()),
             }
         }
-        let task = self.settled(&task_id, &ctx).await?;
+        let settled = self.settled(&task_id, &ctx).await;
+        // The revision's cancellation by a closed stream: before any requestState was handed
+        // out, the task is this call's alone, and nobody could come back to it.
+        if settled.is_err()
+            && call.request_state.is_none()
+            && ctx.ct.is_cancelled()
+            && let Err(e) = self.shared.engine.cancel(&task_id).await
+        {
+            tracing::debug!(%task_id, error = %e, "a cancelled call's task was not cancelled");
+        }
+        let task = settled?;
         if let Some(result) = final_outcome(&task) {
             return Ok(CallToolResponse::Complete(result));
         }
-        let requests = task
-            .question
-            .as_ref()
-            .and_then(input_requests)
-            .ok_or_else(|| {
-                ApiError::Unavailable(format!("task {task_id} waits for input it cannot ask for"))
-            })?;
+        if task.status == durable_shared::TaskStatus::Paused {
+            return Ok(CallToolResponse::Complete(CallToolResult::error(vec![
+                ContentBlock::text(format!(
+                    "task {task_id} is paused; resume_task continues it, then call again with \
+                     the same requestState"
+                )),
+            ])));
+        }
+        let question = task.question.clone().map(|mut question| {
+            if let Some(reason) = refused {
+                question.message = format!("{} ({reason}; please answer again)", question.message);
+            }
+            question
+        });
+        let requests = question.as_ref().and_then(input_requests).ok_or_else(|| {
+            ApiError::Unavailable(format!("task {task_id} waits for input it cannot ask for"))
+        })?;
         Ok(CallToolResponse::InputRequired(InputRequiredResult::new(
             Some(requests),
             Some(task_id),
         )))
     }
 
-    /// Waits until the caller's task has ended or waits for an answer (or the request is
-    /// cancelled); returns it then.
+    /// Waits until the caller's task has ended, waits for an answer or is paused (or the
+    /// request is cancelled); returns it then.
     async fn settled(
         &self,
         task_id: &str,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<TaskInfo, McpError> {
         let is_settled = |task: &TaskInfo| {
+            use durable_shared::TaskStatus;
             task.status.is_terminal()
-                || (task.status == durable_shared::TaskStatus::InputRequired
-                    && task.question.is_some())
+                || task.status == TaskStatus::Paused
+                || (task.status == TaskStatus::InputRequired && task.question.is_some())
         };
         // Watch before reading, so a change right after the read is not missed.
         let mut watch = self.shared.engine.watch(task_id);

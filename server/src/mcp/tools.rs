@@ -150,10 +150,15 @@ impl DurableServer {
             Err(e) => return tool_outcome(Err(e)),
         };
         let task_id = task.task_id.clone();
-        let waiting = Waiting::new(&self.shared.waiters, &task_id);
+        let mut waiting = Waiting::new(&self.shared.waiters, &task_id);
         // Watch, then read again, so no change after the attach can be missed.
         let mut watch = self.shared.engine.watch(&task_id);
-        let task = self.shared.engine.get(&task_id).await?;
+        let mut task = self.shared.engine.get(&task_id).await?;
+        // Paused between the attach and the count above, by a call whose stream closed: this
+        // call wants it running, as any call of a paused job does.
+        if task.status == TaskStatus::Paused {
+            task = self.shared.engine.resume(&task_id).await.unwrap_or(task);
+        }
         let progress_token = ctx.meta.get_progress_token();
         let binding = match (&progress_token, session_id(&ctx)) {
             (Some(token), Some(session_id)) => {
@@ -198,13 +203,13 @@ impl DurableServer {
                     // (transports, "SSE resumability"), so the work done for it stops, at a
                     // step boundary with its checkpoint kept, unless another call still waits
                     // for it. The same call again resumes it (see `Engine::start_or_attach`).
-                    if waiting.is_alone() {
+                    if waiting.leave() {
                         match self.shared.engine.pause(&task_id).await {
                             Ok(_) => tracing::info!(%task_id, "stream closed; job paused"),
                             Err(e) => tracing::debug!(%task_id, error = %e, "stream closed; job not paused"),
                         }
                     }
-                    return Err(McpError::invalid_request("request cancelled; the job is paused at its checkpoint and the same call resumes it", None));
+                    return Err(McpError::invalid_request("request cancelled; its job pauses at its checkpoint unless another call waits for it, and the same call resumes it", None));
                 }
                 _ = self.shared.shutdown.cancelled() => {
                     return Err(ApiError::Unavailable("server is shutting down; call again after it restarts".into()).into());
@@ -550,10 +555,12 @@ fn task_json(task: &TaskInfo) -> CallToolResult {
 /// How many calls of this process wait for each task (see `resumable_data_processing`).
 pub(super) type Waiters = Mutex<HashMap<String, usize>>;
 
-/// One call waiting for a task, counted in [`Waiters`] while it lives.
+/// One call waiting for a task, counted in [`Waiters`] until it leaves (or is dropped).
+/// Calls of other nodes of a fleet are not counted.
 struct Waiting<'a> {
     waiters: &'a Waiters,
     task_id: String,
+    left: bool,
 }
 
 impl<'a> Waiting<'a> {
@@ -566,28 +573,32 @@ impl<'a> Waiting<'a> {
         Waiting {
             waiters,
             task_id: task_id.to_owned(),
+            left: false,
         }
     }
 
-    /// No other call of this process waits for the task.
-    fn is_alone(&self) -> bool {
-        self.waiters
-            .lock()
-            .expect("waiters lock")
-            .get(&self.task_id)
-            == Some(&1)
+    /// Stops waiting; whether this was the last call of this process waiting for the task
+    /// (decided under the lock, so of two calls leaving at once exactly one is last).
+    fn leave(&mut self) -> bool {
+        if std::mem::replace(&mut self.left, true) {
+            return false;
+        }
+        let mut waiters = self.waiters.lock().expect("waiters lock");
+        let Some(count) = waiters.get_mut(&self.task_id) else {
+            return false;
+        };
+        *count -= 1;
+        let last = *count == 0;
+        if last {
+            waiters.remove(&self.task_id);
+        }
+        last
     }
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        let mut waiters = self.waiters.lock().expect("waiters lock");
-        if let Some(count) = waiters.get_mut(&self.task_id) {
-            *count -= 1;
-            if *count == 0 {
-                waiters.remove(&self.task_id);
-            }
-        }
+        self.leave();
     }
 }
 

@@ -33,7 +33,7 @@ use tokio::sync::broadcast;
 
 pub use model::{
     CallBinding, NewEvent, NewTask, PRUNE_BATCH, Pruned, Refusal, StepCommit, StoredEvent,
-    StreamInfo, TaskHandle, TaskRow, Transition,
+    StreamInfo, TaskHandle, TaskRow, Transition, is_standalone,
 };
 
 pub(crate) fn now_ms() -> i64 {

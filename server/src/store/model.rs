@@ -83,6 +83,13 @@ pub struct StreamInfo {
     pub next_seq: u64,
     /// The stream's final response has been stored: nothing follows it.
     pub finished: bool,
+    /// It is a session's standalone (GET) stream, where rmcp sends server-to-client requests.
+    pub standalone: bool,
+}
+
+/// Whether rmcp's stream id names a session's standalone stream (`{session_id}:common`).
+pub fn is_standalone(stream_id: &str) -> bool {
+    stream_id.ends_with(":common")
 }
 
 /// An event about to be appended.

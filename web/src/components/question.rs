@@ -1,7 +1,8 @@
-//! The form of a task's open question, read from the question's JSON schema as the CLI's
-//! `task answer` reads it (`durable_shared::form`): a choice is a select, a yes/no field a
-//! select, any other field text. Answering calls `answer_task`; the server's error is shown
-//! next to the field it names, and a question that was meanwhile answered elsewhere says so.
+//! The form of a task's open question, read from the question's JSON schema with
+//! `durable_shared::form`, as the CLI's `task answer` reads it: a choice is a select, a yes/no
+//! field a select, any other field text; defaults are shown, empty optional fields left out.
+//! Answering calls `answer_task`; the server's error is shown next to the field it names, and
+//! one about no field (a question meanwhile answered elsewhere) under the form.
 
 use std::collections::HashMap;
 
@@ -22,13 +23,15 @@ pub fn QuestionForm(task_id: String, question: Question) -> impl IntoView {
         .as_object()
         .map(|schema| fields(schema, &[]))
         .unwrap_or_default();
+    // What the schema gives (a default, else an example), else nothing: a person makes each
+    // choice, a yes or no included, themselves.
     let values: HashMap<String, RwSignal<String>> = fields
         .iter()
         .map(|field| {
-            let initial = match &field.input {
-                Input::Choice(choices) => choices.first().cloned().unwrap_or_default(),
-                Input::Boolean => "yes".to_owned(),
-                _ => field.initial_text(),
+            let initial = match (&field.input, field.initial_text().as_str()) {
+                (Input::Boolean, "true") => "yes".to_owned(),
+                (Input::Boolean, "false") => "no".to_owned(),
+                (_, initial) => initial.to_owned(),
             };
             (field.name.clone(), RwSignal::new(initial))
         })
@@ -43,12 +46,15 @@ pub fn QuestionForm(task_id: String, question: Question) -> impl IntoView {
         let mut arguments =
             json!({"task_id": task_id, "question_id": question_id, "action": action});
         if action == "accept" {
+            // An empty optional field is left out; an empty required one is sent as it is, so
+            // that the server's error names it.
             let answer: Map<String, Value> = answer_fields.with_value(|fields| {
                 fields
                     .iter()
-                    .map(|field| {
+                    .filter_map(|field| {
                         let typed = values.with_value(|v| v[&field.name].get_untracked());
-                        (field.name.clone(), field.value_of(&typed))
+                        (field.required || !typed.trim().is_empty())
+                            .then(|| (field.name.clone(), field.value_of(&typed)))
                     })
                     .collect()
             });
@@ -98,11 +104,13 @@ pub fn QuestionForm(task_id: String, question: Question) -> impl IntoView {
                     let is_mine = move |e: &Option<(Option<String>, String)>| {
                         name.with_value(|name| matches!(e, Some((Some(f), _)) if f == name))
                     };
+                    // Selects start with an empty option: nothing is chosen for the person.
                     let options = match &field.input {
                         Input::Choice(choices) => Some(choices.clone()),
                         Input::Boolean => Some(vec!["yes".to_owned(), "no".to_owned()]),
                         _ => None,
-                    };
+                    }
+                    .map(|options| std::iter::once(String::new()).chain(options).collect::<Vec<_>>());
                     let input = match options {
                         Some(options) => view! {
                             <select

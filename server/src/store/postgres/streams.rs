@@ -9,6 +9,7 @@ use tokio_postgres::types::ToSql;
 use super::{Postgres, signed, unsigned};
 use crate::store::{
     CallBinding, NewEvent, Pruned, Refusal, StoreError, StoredEvent, StreamInfo, StreamRepo,
+    is_standalone,
 };
 
 fn new_token() -> String {
@@ -176,13 +177,14 @@ impl StreamRepo for Postgres {
 
     async fn stream_info(&self, token: &str) -> Result<Option<StreamInfo>, StoreError> {
         self.query_opt(
-            "SELECT session_id, next_seq, finished FROM streams WHERE token = $1",
+            "SELECT session_id, next_seq, finished, stream_id FROM streams WHERE token = $1",
             &[&token],
             |row| {
                 Ok(StreamInfo {
                     session_id: row.try_get(0)?,
                     next_seq: unsigned(row, 1)?,
                     finished: row.try_get(2)?,
+                    standalone: is_standalone(row.try_get(3)?),
                 })
             },
         )

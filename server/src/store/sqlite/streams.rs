@@ -7,7 +7,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::Sqlite;
 use crate::store::{
-    CallBinding, NewEvent, Pruned, Refusal, StoreError, StoredEvent, StreamInfo, StreamRepo, now_ms,
+    CallBinding, NewEvent, Pruned, Refusal, StoreError, StoredEvent, StreamInfo, StreamRepo,
+    is_standalone, now_ms,
 };
 
 fn new_token() -> String {
@@ -156,13 +157,14 @@ impl StreamRepo for Sqlite {
         self.read(move |conn| {
             Ok(conn
                 .prepare_cached(
-                    "SELECT session_id, next_seq, finished FROM streams WHERE token = ?1",
+                    "SELECT session_id, next_seq, finished, stream_id FROM streams WHERE token = ?1",
                 )?
                 .query_row([token], |row| {
                     Ok(StreamInfo {
                         session_id: row.get(0)?,
                         next_seq: row.get(1)?,
                         finished: row.get(2)?,
+                        standalone: is_standalone(&row.get::<_, String>(3)?),
                     })
                 })
                 .optional()?)
