@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod config;
+pub mod counts;
 pub mod engine;
 pub mod http;
 pub mod kinds;

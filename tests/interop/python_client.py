@@ -146,17 +146,21 @@ async def follow(client: Client, task_id: str, stateless: bool) -> dict:
     async with client.listen(resource_subscriptions=[uri]) as subscription:
         honored = subscription.honored.resource_subscriptions
 
+        heard = anyio.Event()
+
         async def count() -> None:
             nonlocal notified
             async for event in subscription:
                 if getattr(event, "uri", None) == uri:
                     notified += 1
+                    heard.set()
 
         async with anyio.create_task_group() as group:
             group.start_soon(count)
             status = await read_to_end()
-            # The last change may still be on its way.
-            await asyncio.sleep(0.5)
+            # The task may end before the stream's first update is read.
+            with anyio.fail_after(10):
+                await heard.wait()
             group.cancel_scope.cancel()
     return {"status": status, "notified": notified, "honored": honored}
 

@@ -12,11 +12,13 @@ const client = new Client(
   { capabilities: { elicitation: { form: {} } } },
 );
 const asked = [];
+const answers = [];
 client.setRequestHandler(ElicitRequestSchema, async (request) => {
   const { message, requestedSchema } = request.params;
   asked.push(message);
   const hotel = requestedSchema.properties.hotel;
   const content = hotel ? { hotel: hotel.enum[0] } : { book: true };
+  answers.push(content);
   return { action: 'accept', content };
 });
 const requestInit = { headers: { 'X-Client-Id': clientId } };
@@ -32,4 +34,4 @@ for (let i = 0; i < 2400; i += 1) {
   await new Promise((resolve) => setTimeout(resolve, 50));
 }
 await client.close();
-process.stdout.write(JSON.stringify({ asked, status }) + '\n');
+process.stdout.write(JSON.stringify({ asked, answers, status }) + '\n');

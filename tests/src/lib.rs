@@ -9,6 +9,7 @@ pub mod browser;
 pub mod fleet;
 pub mod proxy;
 pub mod raw;
+pub mod trip;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -551,8 +551,7 @@ async fn the_dashboard_answers_a_tasks_questions_with_forms() {
         .await
         .question
         .expect("the first question");
-    let hotels: Vec<String> =
-        serde_json::from_value(question.schema["properties"]["hotel"]["enum"].clone()).unwrap();
+    let hotels = durable_tests::trip::hotels(&question);
     let choose = "form[data-test=question][data-question-id=choose_hotel]";
     browser
         .wait_text(&format!("{choose} [data-test=question-message]"), |t| {
@@ -588,30 +587,7 @@ async fn the_dashboard_answers_a_tasks_questions_with_forms() {
     wait_status(&browser, &trip, "completed").await;
     let done = client.task(&trip).await;
 
-    let baseline = client
-        .call_ok(
-            "start_trip_planning",
-            serde_json::json!({"destination": "Lisbon", "start_date": "2027-05-14", "nights": 3, "budget": 900}),
-        )
-        .await;
-    let baseline = baseline["task_id"].as_str().unwrap().to_owned();
-    for (question_id, answer) in [
-        ("choose_hotel", serde_json::json!({"hotel": hotels[1]})),
-        ("confirm_booking", serde_json::json!({"book": true})),
-    ] {
-        client
-            .wait_task(&baseline, UI_TIMEOUT, |task| {
-                task.question.as_ref().is_some_and(|q| q.id == question_id)
-            })
-            .await;
-        client
-            .call_ok(
-                "answer_task",
-                serde_json::json!({"task_id": baseline, "question_id": question_id, "answer": answer}),
-            )
-            .await;
-    }
-    let baseline = client.wait_terminal(&baseline, UI_TIMEOUT).await;
+    let baseline = durable_tests::trip::answered(&client, &hotels[1]).await;
     assert_eq!(done.result_data, baseline.result_data);
     assert_eq!(done.result_data.unwrap()["answers_applied"], 2);
     client.close().await;

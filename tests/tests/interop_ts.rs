@@ -277,30 +277,10 @@ async fn the_typescript_sdk_answers_a_tasks_questions_by_elicitation() {
 
     // The same trip answered the same way through answer_task, by another client.
     let client = durable_tests::Client::connect(&server.mcp_url(), Some("baseline")).await;
-    let trip = serde_json::json!({"destination": "Lisbon", "start_date": "2027-05-14", "nights": 3, "budget": 900});
-    let started = client.call_ok("start_trip_planning", trip).await;
-    let id = started["task_id"].as_str().unwrap().to_owned();
-    for _ in 0..2 {
-        let task = client
-            .wait_task(&id, std::time::Duration::from_secs(60), |task| {
-                task.status.is_terminal() || task.question.is_some()
-            })
-            .await;
-        let question = task.question.expect("a question");
-        let answer = match question.schema["properties"]["hotel"]["enum"].get(0) {
-            Some(hotel) => serde_json::json!({"hotel": hotel}),
-            None => serde_json::json!({"book": true}),
-        };
-        client
-            .call_ok(
-                "answer_task",
-                serde_json::json!({"task_id": id, "question_id": question.id, "answer": answer}),
-            )
-            .await;
-    }
-    let baseline = client
-        .wait_terminal(&id, std::time::Duration::from_secs(60))
-        .await;
+    let hotel = report["answers"][0]["hotel"]
+        .as_str()
+        .expect("the hotel chosen");
+    let baseline = durable_tests::trip::answered(&client, hotel).await;
     assert_eq!(Some(&status["result_data"]), baseline.result_data.as_ref());
     assert_eq!(status["result_data"]["answers_applied"], 2);
     client.close().await;

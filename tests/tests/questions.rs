@@ -5,7 +5,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use durable_shared::{Question, TaskInfo, TaskStatus};
+use durable_shared::TaskStatus;
+use durable_tests::trip::{answer, answered, asked, hotels, trip};
 use durable_tests::{Client, IO_TIMEOUT, Server, serve_with, within};
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
@@ -16,54 +17,8 @@ use serde_json::{Value, json};
 
 const TASK_LIMIT: Duration = Duration::from_secs(60);
 
-fn trip() -> Value {
-    json!({"destination": "Lisbon", "start_date": "2027-05-14", "nights": 3, "budget": 900})
-}
-
 fn task_id(started: &Value) -> String {
     started["task_id"].as_str().expect("task_id").to_owned()
-}
-
-/// Waits until the task asks question `id`, and returns the question.
-async fn asked(client: &Client, task_id: &str, id: &str) -> Question {
-    let task = client
-        .wait_task(task_id, TASK_LIMIT, |task| {
-            task.status.is_terminal() || task.question.as_ref().is_some_and(|q| q.id == id)
-        })
-        .await;
-    assert_eq!(task.status, TaskStatus::InputRequired, "{task:?}");
-    // The wait ended on the question (a terminal status fails above).
-    task.question.expect("an open question")
-}
-
-/// The hotels a question offers.
-fn hotels(question: &Question) -> Vec<String> {
-    serde_json::from_value(question.schema["properties"]["hotel"]["enum"].clone())
-        .expect("the hotels as an enum")
-}
-
-fn answer(task_id: &str, question_id: &str, answer: Value) -> Value {
-    json!({"task_id": task_id, "question_id": question_id, "answer": answer})
-}
-
-/// A trip answered without interruption: the result every interrupted run must equal.
-async fn uninterrupted(client: &Client, hotel: &str) -> TaskInfo {
-    let id = task_id(&client.call_ok("start_trip_planning", trip()).await);
-    asked(client, &id, "choose_hotel").await;
-    client
-        .call_ok(
-            "answer_task",
-            answer(&id, "choose_hotel", json!({"hotel": hotel})),
-        )
-        .await;
-    asked(client, &id, "confirm_booking").await;
-    client
-        .call_ok(
-            "answer_task",
-            answer(&id, "confirm_booking", json!({"book": true})),
-        )
-        .await;
-    client.wait_terminal(&id, TASK_LIMIT).await
 }
 
 /// The question and its form survive two SIGKILLs; a wrong, late or second answer is refused
@@ -166,7 +121,7 @@ async fn a_question_outlives_kills_and_its_answer_is_applied_once() {
     let done = client.wait_terminal(&id, TASK_LIMIT).await;
     assert_eq!(done.status, TaskStatus::Completed, "{done:?}");
 
-    let baseline = uninterrupted(&client, chosen).await;
+    let baseline = answered(&client, chosen).await;
     assert_eq!(done.result_data, baseline.result_data);
     let result = done.result_data.expect("a result");
     assert_eq!(result["hotel"], json!(chosen));
@@ -280,7 +235,7 @@ async fn the_owners_next_session_is_asked_by_elicitation_after_a_kill() {
         "another client's session was asked"
     );
 
-    let baseline = uninterrupted(&observer, &hotels(&question)[0]).await;
+    let baseline = answered(&observer, &hotels(&question)[0]).await;
     assert_eq!(done.result_data, baseline.result_data);
     assert_eq!(done.result_data.unwrap()["answers_applied"], json!(2));
     for session in [owner_session, stranger_session] {

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use durable_tests::raw::{EventExt, STATELESS_VERSION, Sse, Stateless, answer_of};
+use durable_tests::trip::{answered, trip};
 use durable_tests::{IO_TIMEOUT, Server, within};
 use serde_json::{Value, json};
 
@@ -20,6 +21,18 @@ async fn server(extra: &[&str]) -> (tempfile::TempDir, Server) {
 /// A batch that runs until cancelled (one-hour steps).
 fn endless_batch() -> Value {
     json!({"total_items": 10, "batch_size": 1, "processing_delay": 3600})
+}
+
+/// `run_batch_processing` of an endless batch, called as an SEP-2663 task by `client` (which
+/// declares the extension); the `resultType: "task"` answer.
+async fn run_endless(client: &Stateless) -> Value {
+    client
+        .call(
+            1,
+            "tools/call",
+            tool_call("run_batch_processing", endless_batch()),
+        )
+        .await
 }
 
 fn tool_call(name: &str, arguments: Value) -> Value {
@@ -284,13 +297,7 @@ async fn listen_delivers_the_status_changes_of_the_task_it_follows() {
 async fn a_task_handle_is_committed_before_the_answer_and_survives_a_kill() {
     let (_dir, mut server) = server(&[]).await;
     let owner = Stateless::new(&server.mcp_url(), Some("owner")).with_tasks();
-    let created = owner
-        .call(
-            1,
-            "tools/call",
-            tool_call("run_batch_processing", endless_batch()),
-        )
-        .await;
+    let created = run_endless(&owner).await;
     assert_eq!(created["resultType"], "task", "{created}");
     let task_id = created["taskId"].as_str().expect("taskId").to_owned();
     assert!(created["ttlMs"].as_u64() > Some(0), "{created}");
@@ -322,19 +329,21 @@ async fn a_handle_expires_by_its_ttl_while_its_task_runs_on() {
     // Handles live at most the retention, here two seconds from the task's creation.
     let (_dir, server) = server(&["--retention", "2s", "--retention-interval", "200ms"]).await;
     let owner = Stateless::new(&server.mcp_url(), Some("owner")).with_tasks();
-    let created = owner
-        .call(
-            1,
-            "tools/call",
-            tool_call("run_batch_processing", endless_batch()),
-        )
-        .await;
+    let created = run_endless(&owner).await;
     let task_id = created["taskId"].as_str().unwrap().to_owned();
     assert_eq!(created["ttlMs"], 2000, "{created}");
     let live = owner.call(2, "tasks/get", json!({"taskId": task_id})).await;
     assert_eq!(live["status"], "working");
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    let (_, expired) = owner.send(3, "tasks/get", json!({"taskId": task_id})).await;
+    let expired = within(IO_TIMEOUT, "the handle to expire", async {
+        loop {
+            let (_, got) = owner.send(3, "tasks/get", json!({"taskId": task_id})).await;
+            if got.get("error").is_some() {
+                return got;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
     assert_eq!(expired["error"]["code"], -32602, "{expired}");
     let status = read_until(&owner, &task_id, |_| true).await;
     assert_eq!(
@@ -378,10 +387,6 @@ async fn closing_the_stream_of_a_plain_call_cancels_it() {
     stream.until(IO_TIMEOUT, progress).await;
     let resumed = read_until(&client, &task_id, |status| status["status"] == "running").await;
     assert!(resumed["progress"].as_u64() >= paused["progress"].as_u64());
-}
-
-fn trip() -> Value {
-    json!({"destination": "Lisbon", "start_date": "2027-05-14", "nights": 3, "budget": 900})
 }
 
 /// A plain call of a task-only tool by a client that can be asked: each question is an
@@ -447,41 +452,12 @@ async fn a_plain_calls_questions_are_input_required_rounds_that_survive_a_kill()
     );
 
     // The same answers through answer_task give the same trip.
-    let baseline = Stateless::new(&server.mcp_url(), Some("baseline"));
-    let started = baseline
-        .call(6, "tools/call", tool_call("start_trip_planning", trip()))
-        .await;
-    let id = started["structuredContent"]["task_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    for (n, (question, answer)) in [
-        ("choose_hotel", json!({"hotel": hotel})),
-        ("confirm_booking", json!({"book": true})),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        read_until(&baseline, &id, |status| {
-            status["question"]["id"] == question
-        })
-        .await;
-        let answered = baseline
-            .call(
-                7 + n as u64,
-                "tools/call",
-                tool_call(
-                    "answer_task",
-                    json!({"task_id": id, "question_id": question, "answer": answer}),
-                ),
-            )
-            .await;
-        assert_eq!(answered["isError"], false, "{answered}");
-    }
-    let ended = read_until(&baseline, &id, |status| status["status"] == "completed").await;
+    let baseline = durable_tests::Client::connect(&server.mcp_url(), Some("baseline")).await;
+    let ended = answered(&baseline, hotel.as_str().expect("a hotel")).await;
+    baseline.close().await;
     let mut inline = trip_result.clone();
     inline.as_object_mut().unwrap().remove("task_id");
-    assert_eq!(ended["result_data"], inline);
+    assert_eq!(ended.result_data, Some(inline));
 }
 
 /// With authorization on, a stateless request is its token's subject: another subject neither
@@ -514,13 +490,7 @@ async fn stateless_requests_belong_to_their_subject_and_open_no_session() {
         Some(&alice_token),
     )
     .await;
-    let created = alice
-        .call(
-            1,
-            "tools/call",
-            tool_call("run_batch_processing", endless_batch()),
-        )
-        .await;
+    let created = run_endless(&alice).await;
     let task_id = created["taskId"]
         .as_str()
         .expect("a task handle")

@@ -269,10 +269,6 @@ fn router(
         config.limits.clone(),
         shutdown.clone(),
     );
-    // rmcp's service clones itself for every request it serves, configuration and all (its
-    // allowed hosts and origins are vectors of strings), and the router clones it once more
-    // before that: 5 % of a ping's instructions. Behind an `Arc` in a handler, a request clones
-    // a pointer instead.
     // Protocol 2026-07-28 has no sessions and no resumption, and a closed response stream
     // cancels its request: its requests get a service of their own without the event store
     // (see `stateless`), sharing everything else.
@@ -289,6 +285,10 @@ fn router(
             stateless_transport,
         ))
     };
+    // rmcp's service clones itself for every request it serves, configuration and all (its
+    // allowed hosts and origins are vectors of strings), and the router clones it once more
+    // before that: 5 % of a ping's instructions. Behind an `Arc` in a handler, a request clones
+    // a pointer instead.
     let mcp = Arc::new(StreamableHttpService::new(
         move || Ok(DurableServer::new(shared.clone())),
         sessions,

@@ -90,11 +90,11 @@ pub async fn resumable(
             1,
         );
     }
+    // Whether a GET resumes the session's standalone stream (rather than a POST's).
+    let mut resumes_standalone = false;
     // Every resumption is checked, whatever else the request carries (a protocol version
     // rmcp would serve without a session, an Origin rmcp matches differently): rmcp itself
     // replays any stream to anyone who names it.
-    // Whether a GET resumes the session's standalone stream (rather than a POST's).
-    let mut resumes_standalone = false;
     if method == Method::GET
         && let Some(last_event_id) = &last_event_id
     {
@@ -206,8 +206,8 @@ fn joined(frames: Vec<Result<Bytes, axum::Error>>) -> Result<Bytes, axum::Error>
     Ok(chunk.freeze())
 }
 
-/// What the store holds of the stream `last_event_id` names, and the verdict on it.
-/// The verdict on a resumption, and whether the stream it resumes is a standalone one.
+/// The verdict on the resumption after `last_event_id`, from what the store holds of its
+/// stream, and whether that stream is a standalone one.
 async fn check_resume(
     streams: &StreamStore,
     caller: Caller<'_>,

@@ -22,6 +22,8 @@ use axum::response::{IntoResponse, Response};
 use rmcp::model::{ProtocolVersion, RequestMetaObject};
 use serde_json::Value;
 
+use crate::streams::is_stateless;
+
 /// The marker a stateless request carries in its extensions, for the layers after this one and
 /// for the choice of service.
 #[derive(Debug, Clone, Copy)]
@@ -55,17 +57,13 @@ pub async fn mark(mut request: Request, next: Next) -> Response {
     next.run(request).await
 }
 
-fn is_stateless_version(version: &str) -> bool {
-    version >= ProtocolVersion::V_2026_07_28.as_str()
-}
-
 /// Whether the request's `MCP-Protocol-Version` header names the stateless revision (or a
 /// later one), which every 2026-07-28 request carries.
 pub fn names_stateless_version(headers: &HeaderMap) -> bool {
     headers
         .get(PROTOCOL_VERSION_HEADER)
         .and_then(|value| value.to_str().ok())
-        .is_some_and(is_stateless_version)
+        .is_some_and(is_stateless)
 }
 
 /// The decision when the headers make it: a 2026-07-28 version header is stateless, a session
@@ -100,7 +98,7 @@ fn by_body(message: &Value) -> bool {
             inline
                 || meta
                     .protocol_version()
-                    .is_some_and(|version| is_stateless_version(version.as_str()))
+                    .is_some_and(|version| is_stateless(version.as_str()))
         }
     }
 }

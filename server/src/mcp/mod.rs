@@ -69,7 +69,7 @@ pub struct Shared {
     /// Which sessions listen to which tasks.
     routes: Arc<routes::Routes>,
     /// The in-request calls waiting for each task.
-    waiters: tools::Waiters,
+    waiters: crate::counts::Counts,
     limits: Limits,
 }
 
@@ -100,7 +100,7 @@ impl Shared {
             tool_router,
             task_tools,
             routes: routes::Routes::new(notification_buffer),
-            waiters: tools::Waiters::default(),
+            waiters: crate::counts::Counts::default(),
             limits,
         });
         tokio::spawn(notify::route_events(shared.clone()));
@@ -258,7 +258,7 @@ impl Caller {
 /// and no resumable stream exists.
 fn stateless(ctx: &RequestContext<RoleServer>) -> bool {
     ctx.protocol_version()
-        .is_some_and(|version| version.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
+        .is_some_and(|version| crate::streams::is_stateless(version.as_str()))
 }
 
 /// The authenticated principal of a request (see `http::authorize`); `None` without

@@ -389,17 +389,18 @@ impl DurableServer {
         }
     }
 
-    /// Waits until the caller's task has ended (or the request is cancelled).
-    async fn ended(
+    /// Waits until the caller's task is as `done` says (or the request is cancelled).
+    async fn until(
         &self,
         task_id: &str,
         ctx: &RequestContext<RoleServer>,
+        done: impl Fn(&TaskInfo) -> bool,
     ) -> Result<TaskHandle, McpError> {
-        // Watch before reading, so an end right after the read is not missed.
+        // Watch before reading, so a change right after the read is not missed.
         let mut watch = self.shared.engine.watch(task_id);
         loop {
             let handle = self.owned_handle(task_id, ctx).await?;
-            if handle.task.status.is_terminal() {
+            if done(&handle.task) {
                 return Ok(handle);
             }
             loop {
@@ -413,7 +414,7 @@ impl DurableServer {
                     changed = watch.changed() => changed,
                 };
                 match changed {
-                    Some(task) if !task.status.is_terminal() => {}
+                    Some(task) if !done(&task) => {}
                     Some(_) => break,
                     None => {
                         // The watch ended with the task, so the next read sees its end; a new
@@ -475,41 +476,38 @@ impl DurableServer {
         call: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let kind = self
-            .task_kind(&call.name)
-            .expect("only task-only tools are called inline");
+        // The requestState is a handle on the task, kept as long as a task is: a person may
+        // take days.
         let task = match &call.request_state {
             Some(task_id) => {
-                let task = self
-                    .visible_task(task_id, &ctx)
+                let handle = self
+                    .owned_handle(task_id, &ctx)
                     .await
                     .map_err(|e| match e {
-                        EngineError::NotFound(_) => ApiError::InvalidParams(ParamError::new(
+                        ApiError::NotFound(_) => ApiError::InvalidParams(ParamError::new(
                             "requestState",
                             "requestState names no task of yours: send it back exactly as the \
                              input_required result gave it, or call again without it",
                         )),
-                        e => ApiError::from(e),
+                        e => e,
                     })?;
-                if task.kind != kind {
+                if handle.tool != call.name {
                     return Err(ApiError::InvalidParams(ParamError::new(
                         "requestState",
                         format!(
-                            "requestState names a {} task, not one of {}",
-                            task.kind, call.name
+                            "requestState names a task of {}, not of {}",
+                            handle.tool, call.name
                         ),
                     ))
                     .into());
                 }
-                task
+                handle.task
             }
             None => {
-                let owner = self.caller(&ctx).owner;
-                self.shared
-                    .engine
-                    .start(kind, &owner, call_arguments(&call))
-                    .await
-                    .map_err(ApiError::from)?
+                let ttl = self.shared.task_ttl.max.as_millis() as u64;
+                self.create_task(&call, self.granted_ttl(Some(ttl)), &ctx)
+                    .await?
+                    .task
             }
         };
         let task_id = task.task_id.clone();
@@ -540,7 +538,15 @@ impl DurableServer {
                 Err(e) => return Err(ApiError::from(e).into()),
             }
         }
-        let settled = self.settled(&task_id, &ctx).await;
+        let settled = self
+            .until(&task_id, &ctx, |task| {
+                use durable_shared::TaskStatus;
+                task.status.is_terminal()
+                    || task.status == TaskStatus::Paused
+                    || (task.status == TaskStatus::InputRequired && task.question.is_some())
+            })
+            .await
+            .map(|handle| handle.task);
         // The revision's cancellation by a closed stream: before any requestState was handed
         // out, the task is this call's alone, and nobody could come back to it.
         if settled.is_err()
@@ -575,45 +581,6 @@ impl DurableServer {
             Some(requests),
             Some(task_id),
         )))
-    }
-
-    /// Waits until the caller's task has ended, waits for an answer or is paused (or the
-    /// request is cancelled); returns it then.
-    async fn settled(
-        &self,
-        task_id: &str,
-        ctx: &RequestContext<RoleServer>,
-    ) -> Result<TaskInfo, McpError> {
-        let is_settled = |task: &TaskInfo| {
-            use durable_shared::TaskStatus;
-            task.status.is_terminal()
-                || task.status == TaskStatus::Paused
-                || (task.status == TaskStatus::InputRequired && task.question.is_some())
-        };
-        // Watch before reading, so a change right after the read is not missed.
-        let mut watch = self.shared.engine.watch(task_id);
-        let mut task = self
-            .visible_task(task_id, ctx)
-            .await
-            .map_err(ApiError::from)?;
-        while !is_settled(&task) {
-            task = tokio::select! {
-                _ = ctx.ct.cancelled() => {
-                    return Err(ApiError::Cancelled("request cancelled; the task continues".into()).into());
-                }
-                _ = self.shared.shutdown.cancelled() => {
-                    return Err(ApiError::Unavailable("server is shutting down; call again with the same requestState after it restarts".into()).into());
-                }
-                changed = watch.changed() => match changed {
-                    Some(task) => task,
-                    None => {
-                        watch = self.shared.engine.watch(task_id);
-                        self.visible_task(task_id, ctx).await.map_err(ApiError::from)?
-                    }
-                },
-            };
-        }
-        Ok(task)
     }
 
     /// A 2025-11-25 task-augmented `tools/call`.
@@ -687,7 +654,9 @@ impl DurableServer {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Value, McpError> {
         let task_id = task_id_param(params.as_ref())?;
-        let handle = self.ended(&task_id, ctx).await?;
+        let handle = self
+            .until(&task_id, ctx, |task| task.status.is_terminal())
+            .await?;
         let mut result = Value::Object(outcome_object(&handle.task));
         result["_meta"][RELATED_TASK_META_KEY] = json!({"taskId": handle.task.task_id});
         Ok(result)

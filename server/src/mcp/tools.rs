@@ -1,8 +1,7 @@
 //! The MCP tools. Arguments are typed (their JSON schemas, with descriptions and bounds, come
 //! from the parameter types); the engine validates what a schema cannot say.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use durable_shared::kinds::{DATA_PROCESSING, ParamError, ProcessingParams, start_tool};
 use durable_shared::{TaskInfo, TaskStatus, status_uri};
@@ -22,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::DurableServer;
 use super::error::ApiError;
+use crate::counts::Counts;
 use crate::engine::{Answer, EngineError, KindInfo};
 use crate::streams::{BINDING_META_KEY, CallBinding, CallId, StreamStore};
 
@@ -552,24 +552,17 @@ fn task_json(task: &TaskInfo) -> CallToolResult {
     json_result(to_params(task))
 }
 
-/// How many calls of this process wait for each task (see `resumable_data_processing`).
-pub(super) type Waiters = Mutex<HashMap<String, usize>>;
-
-/// One call waiting for a task, counted in [`Waiters`] until it leaves (or is dropped).
+/// One call waiting for a task, counted (in `Shared::waiters`) until it leaves or is dropped.
 /// Calls of other nodes of a fleet are not counted.
 struct Waiting<'a> {
-    waiters: &'a Waiters,
+    waiters: &'a Counts,
     task_id: String,
     left: bool,
 }
 
 impl<'a> Waiting<'a> {
-    fn new(waiters: &'a Waiters, task_id: &str) -> Self {
-        *waiters
-            .lock()
-            .expect("waiters lock")
-            .entry(task_id.to_owned())
-            .or_default() += 1;
+    fn new(waiters: &'a Counts, task_id: &str) -> Self {
+        waiters.add(task_id);
         Waiting {
             waiters,
             task_id: task_id.to_owned(),
@@ -577,22 +570,9 @@ impl<'a> Waiting<'a> {
         }
     }
 
-    /// Stops waiting; whether this was the last call of this process waiting for the task
-    /// (decided under the lock, so of two calls leaving at once exactly one is last).
+    /// Stops waiting; whether this was the last call of this process waiting for the task.
     fn leave(&mut self) -> bool {
-        if std::mem::replace(&mut self.left, true) {
-            return false;
-        }
-        let mut waiters = self.waiters.lock().expect("waiters lock");
-        let Some(count) = waiters.get_mut(&self.task_id) else {
-            return false;
-        };
-        *count -= 1;
-        let last = *count == 0;
-        if last {
-            waiters.remove(&self.task_id);
-        }
-        last
+        !std::mem::replace(&mut self.left, true) && self.waiters.remove(&self.task_id)
     }
 }
 

@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use durable_shared::EventId;
 
+use crate::counts::Counts;
 pub use crate::store::{CallBinding, NewEvent, Refusal, StoreError, StreamInfo};
 use crate::store::{Change, Store, StoredEvent};
 use crate::telemetry;
@@ -63,6 +64,12 @@ pub fn negotiated(requested: &str) -> &'static str {
         .as_str()
 }
 
+/// Whether `version` is the stateless revision 2026-07-28 or a later one: no `initialize`, no
+/// session, no resumable stream.
+pub fn is_stateless(version: &str) -> bool {
+    version >= ProtocolVersion::V_2026_07_28.as_str()
+}
+
 /// Whether a session on `version` gets SSE priming events (empty data with an id): only from
 /// 2025-11-25 on; older clients fail on empty data.
 pub fn wants_priming(version: &str) -> bool {
@@ -96,9 +103,9 @@ struct Inner {
     /// What this process knows of each session it has seen (version, task extension).
     sessions: Mutex<HashMap<String, SessionProfile>>,
     /// Open SSE responses per session: a session with one is in use, however quiet.
-    open_streams: Mutex<HashMap<String, usize>>,
+    open_streams: Counts,
     /// Open standalone (GET) streams per session: where rmcp sends server-to-client requests.
-    standalone: Mutex<HashMap<String, usize>>,
+    standalone: Counts,
     /// Woken whenever a standalone stream opens.
     standalone_opened: Notify,
     /// Sessions that made a request since the last sweep.
@@ -121,8 +128,8 @@ impl StreamStore {
                 store,
                 notifiers: Mutex::default(),
                 sessions: Mutex::default(),
-                open_streams: Mutex::default(),
-                standalone: Mutex::default(),
+                open_streams: Counts::default(),
+                standalone: Counts::default(),
                 standalone_opened: Notify::new(),
                 seen: Mutex::default(),
                 serving: Mutex::default(),
@@ -315,23 +322,12 @@ impl StreamStore {
 
     /// How many SSE responses of `session_id` are open now.
     pub fn open_streams(&self, session_id: &str) -> usize {
-        self.inner
-            .open_streams
-            .lock()
-            .expect("open streams lock")
-            .get(session_id)
-            .copied()
-            .unwrap_or(0)
+        self.inner.open_streams.get(session_id)
     }
 
     /// SSE responses open now, of all sessions.
     pub fn open_stream_total(&self) -> usize {
-        self.inner
-            .open_streams
-            .lock()
-            .expect("open streams lock")
-            .values()
-            .sum()
+        self.inner.open_streams.total()
     }
 
     /// Sessions this process knows of: opened here or restored from the store since it started,
@@ -422,15 +418,9 @@ impl StreamStore {
 
     /// Marks an SSE response of `session_id` open until the guard drops.
     pub fn open_stream(&self, session_id: &str, standalone: bool) -> OpenStream {
-        let count = |map: &Mutex<HashMap<String, usize>>| {
-            *map.lock()
-                .expect("open streams lock")
-                .entry(session_id.to_owned())
-                .or_default() += 1;
-        };
-        count(&self.inner.open_streams);
+        self.inner.open_streams.add(session_id);
         if standalone {
-            count(&self.inner.standalone);
+            self.inner.standalone.add(session_id);
             self.inner.standalone_opened.notify_waiters();
         }
         OpenStream {
@@ -446,13 +436,7 @@ impl StreamStore {
     /// while none is open is lost to a client that opens one afterwards (a fresh stream replays
     /// nothing), so a request made at a session's start must wait for the client's GET.
     pub async fn until_standalone(&self, session_id: &str, limit: Duration) -> bool {
-        let open = || {
-            self.inner
-                .standalone
-                .lock()
-                .expect("open streams lock")
-                .contains_key(session_id)
-        };
+        let open = || self.inner.standalone.get(session_id) > 0;
         tokio::time::timeout(limit, async {
             loop {
                 let opened = self.inner.standalone_opened.notified();
@@ -477,14 +461,7 @@ impl StreamStore {
         max_event_age: Duration,
     ) -> Result<Vec<String>, crate::store::StoreError> {
         let mut active: Vec<String> = self.inner.seen.lock().expect("seen lock").drain().collect();
-        let open: HashSet<String> = self
-            .inner
-            .open_streams
-            .lock()
-            .expect("open streams lock")
-            .keys()
-            .cloned()
-            .collect();
+        let open: HashSet<String> = self.inner.open_streams.keys().into_iter().collect();
         active.extend(open.iter().cloned());
         let store = &self.inner.store;
         if !active.is_empty() {
@@ -692,18 +669,9 @@ pub struct OpenStream {
 
 impl Drop for OpenStream {
     fn drop(&mut self) {
-        let uncount = |map: &Mutex<HashMap<String, usize>>| {
-            let mut open = map.lock().expect("open streams lock");
-            if let Some(count) = open.get_mut(&self.session_id) {
-                *count -= 1;
-                if *count == 0 {
-                    open.remove(&self.session_id);
-                }
-            }
-        };
-        uncount(&self.streams.inner.open_streams);
+        self.streams.inner.open_streams.remove(&self.session_id);
         if self.standalone {
-            uncount(&self.streams.inner.standalone);
+            self.streams.inner.standalone.remove(&self.session_id);
         }
     }
 }

@@ -13,6 +13,26 @@ use crate::mcp::McpError;
 use crate::state::StartKind;
 use crate::sync::{refresh_task, subscribe};
 
+/// The server's error on a form: the field it names (None: not about one field) and its message.
+pub(super) type FormError = RwSignal<Option<(Option<String>, String)>>;
+
+/// Whether the form's error is about field `name`.
+pub(super) fn names(error: &Option<(Option<String>, String)>, name: &str) -> bool {
+    matches!(error, Some((Some(field), _)) if field == name)
+}
+
+/// The form's error under field `name`, while there is one about it.
+pub(super) fn field_error(error: FormError, name: String, test_id: String) -> impl IntoView {
+    move || {
+        error.with(|e| match e {
+            Some((_, message)) if names(e, &name) => Some(view! {
+                <p class="field-error" data-test=test_id.clone()>{message.clone()}</p>
+            }),
+            _ => None,
+        })
+    }
+}
+
 #[component]
 pub fn StartForms() -> impl IntoView {
     let dash = dashboard();
@@ -59,8 +79,7 @@ fn KindForm(kind: StartKind) -> impl IntoView {
             .collect()
     });
     let values = StoredValue::new(values);
-    // The server's message and the field it names (None: not about one field).
-    let error = RwSignal::new(None::<(Option<String>, String)>);
+    let error: FormError = RwSignal::new(None);
     let busy = RwSignal::new(false);
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
@@ -104,11 +123,6 @@ fn KindForm(kind: StartKind) -> impl IntoView {
                     let value = values.with_value(|v| v[&field.name]);
                     let id = format!("{tool}-{}", field.name);
                     let name = StoredValue::new(field.name.clone());
-                    let is_mine = move |e: &Option<(Option<String>, String)>| {
-                        name.with_value(|name| {
-                            matches!(e, Some((Some(f), _)) if f == name)
-                        })
-                    };
                     let numeric = matches!(field.input, Input::Integer | Input::Number);
                     view! {
                         <label for=id.clone() title=field.description.clone().unwrap_or_default()>
@@ -120,18 +134,9 @@ fn KindForm(kind: StartKind) -> impl IntoView {
                             inputmode=if numeric { "decimal" } else { "text" }
                             prop:value=move || value.get()
                             on:input=move |ev| value.set(event_target_value(&ev))
-                            aria-invalid=move || error.with(is_mine).to_string()
+                            aria-invalid=move || name.with_value(|name| error.with(|e| names(e, name))).to_string()
                         />
-                        {move || {
-                            error.with(|e| match e {
-                                Some((_, message)) if is_mine(e) => Some(view! {
-                                    <p class="field-error" data-test=format!("error-{}", name.get_value())>
-                                        {message.clone()}
-                                    </p>
-                                }),
-                                _ => None,
-                            })
-                        }}
+                        {field_error(error, field.name.clone(), format!("error-{}", field.name))}
                     }
                 })
                 .collect_view()}

@@ -12,6 +12,7 @@ use leptos::prelude::*;
 use serde_json::{Map, Value, json};
 
 use super::dashboard;
+use super::forms::{FormError, field_error, names};
 use crate::mcp::McpError;
 use crate::sync::refresh_task;
 
@@ -38,7 +39,7 @@ pub fn QuestionForm(task_id: String, question: Question) -> impl IntoView {
         .collect();
     let values = StoredValue::new(values);
     let answer_fields = StoredValue::new(fields.clone());
-    let error = RwSignal::new(None::<(Option<String>, String)>);
+    let error: FormError = RwSignal::new(None);
     let busy = RwSignal::new(false);
     let ids = StoredValue::new((task_id, question.id.clone()));
     let send = move |action: &'static str| {
@@ -76,11 +77,8 @@ pub fn QuestionForm(task_id: String, question: Question) -> impl IntoView {
     };
     // An error about no field of this form (a question answered meanwhile elsewhere, say) is
     // shown under the whole form.
-    let names_a_field = move |e: &Option<(Option<String>, String)>| match e {
-        Some((Some(named), _)) => {
-            answer_fields.with_value(|fields| fields.iter().any(|field| field.name == *named))
-        }
-        _ => false,
+    let names_a_field = move |e: &Option<(Option<String>, String)>| {
+        answer_fields.with_value(|fields| fields.iter().any(|field| names(e, &field.name)))
     };
     let question_id = question.id.clone();
     view! {
@@ -101,9 +99,7 @@ pub fn QuestionForm(task_id: String, question: Question) -> impl IntoView {
                     let value = values.with_value(|v| v[&field.name]);
                     let id = format!("answer-{}", field.name);
                     let name = StoredValue::new(field.name.clone());
-                    let is_mine = move |e: &Option<(Option<String>, String)>| {
-                        name.with_value(|name| matches!(e, Some((Some(f), _)) if f == name))
-                    };
+                    let invalid = move || name.with_value(|name| error.with(|e| names(e, name))).to_string();
                     // Selects start with an empty option: nothing is chosen for the person.
                     let options = match &field.input {
                         Input::Choice(choices) => Some(choices.clone()),
@@ -118,7 +114,7 @@ pub fn QuestionForm(task_id: String, question: Question) -> impl IntoView {
                                 name=field.name.clone()
                                 prop:value=move || value.get()
                                 on:change=move |ev| value.set(event_target_value(&ev))
-                                aria-invalid=move || error.with(is_mine).to_string()
+                                aria-invalid=invalid
                             >
                                 {options
                                     .into_iter()
@@ -133,7 +129,7 @@ pub fn QuestionForm(task_id: String, question: Question) -> impl IntoView {
                                 name=field.name.clone()
                                 prop:value=move || value.get()
                                 on:input=move |ev| value.set(event_target_value(&ev))
-                                aria-invalid=move || error.with(is_mine).to_string()
+                                aria-invalid=invalid
                             />
                         }
                         .into_any(),
@@ -143,16 +139,7 @@ pub fn QuestionForm(task_id: String, question: Question) -> impl IntoView {
                             {field.title.clone()}
                         </label>
                         {input}
-                        {move || {
-                            error.with(|e| match e {
-                                Some((_, message)) if is_mine(e) => Some(view! {
-                                    <p class="field-error" data-test=format!("answer-error-{}", name.get_value())>
-                                        {message.clone()}
-                                    </p>
-                                }),
-                                _ => None,
-                            })
-                        }}
+                        {field_error(error, field.name.clone(), format!("answer-error-{}", field.name))}
                     }
                 })
                 .collect_view()}
