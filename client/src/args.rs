@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Subcommand};
+use clap::{Args, Subcommand, ValueEnum};
 
 /// How the client subcommands reach the server and who they are.
 #[derive(Debug, Clone, Args)]
@@ -31,6 +31,29 @@ pub struct ClientArgs {
     /// ~/.local/state/durable-mcp/client.json).
     #[arg(long, env = "DURABLE_MCP_STATE_FILE", global = true)]
     pub state_file: Option<PathBuf>,
+
+    /// Which MCP lifecycle to use. `auto` asks the server with server/discover and speaks the
+    /// stateless 2026-07-28 revision where the server offers it, or else starts a 2025-11-25
+    /// session as servers before that revision expect; the other two insist on one.
+    #[arg(
+        long,
+        env = "DURABLE_MCP_PROTOCOL",
+        value_enum,
+        default_value_t = Protocol::Auto,
+        global = true
+    )]
+    pub protocol: Protocol,
+}
+
+/// The MCP lifecycles the client can speak (see [`ClientArgs::protocol`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Protocol {
+    /// server/discover first, a session where the server does not know it.
+    Auto,
+    /// The stateless 2026-07-28 revision only.
+    Stateless,
+    /// An initialized 2025-11-25 session only.
+    Session,
 }
 
 /// The client subcommands of `durable-mcp`.

@@ -1,5 +1,6 @@
-//! Following work as it happens: `task watch` (a task's status resource, by subscription; a
-//! question the task asks is asked on the terminal) and
+//! Following work as it happens: `task watch` (a task's status resource, by subscription on a
+//! session or by `subscriptions/listen` on the stateless revision; a question the task asks is
+//! asked on the terminal) and
 //! `process` (the progress notifications of a long call), with a progress bar for people and
 //! one JSON line per update with `--json`.
 
@@ -10,14 +11,15 @@ use durable_shared::kinds::PROCESSING_TOOL;
 use durable_shared::{TASK_META_KEY, TaskInfo, TaskStatus, status_uri};
 use indicatif::{ProgressBar, ProgressStyle};
 use rmcp::model::{
-    CallToolRequestParams, ClientRequest, ProgressNotificationParam, Request,
-    ResourceUpdatedNotificationParam, ServerResult, SubscribeRequestParams,
+    CallToolRequestParams, ClientRequest, GetMeta, NotificationMetaObject,
+    ProgressNotificationParam, Request, ResourceUpdatedNotificationParam, ServerNotification,
+    ServerResult, SubscribeRequestParams, SubscriptionFilter,
 };
-use rmcp::service::{NotificationContext, PeerRequestOptions};
+use rmcp::service::{NotificationContext, PeerRequestOptions, Subscription};
 use rmcp::{ClientHandler, RoleClient};
 use serde_json::{Value, json};
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use tokio::sync::mpsc;
+use tokio::sync::{MutexGuard, mpsc};
 
 use super::answer::ask_on_terminal;
 use super::{Client, Failure, Outcome, TASK_CANCELLED, TASK_FAILED, decode, describe, tool_text};
@@ -49,15 +51,16 @@ impl Notifications {
 impl ClientHandler for Notifications {
     async fn on_resource_updated(
         &self,
-        params: ResourceUpdatedNotificationParam,
-        _context: NotificationContext<RoleClient>,
+        _params: ResourceUpdatedNotificationParam,
+        context: NotificationContext<RoleClient>,
     ) {
-        let task = params
-            .meta
-            .as_ref()
-            .and_then(|meta| meta.0.0.get(TASK_META_KEY))
-            .and_then(|task| serde_json::from_value::<TaskInfo>(task.clone()).ok());
-        if let Some(task) = task {
+        // rmcp 3.11 moves the notification's extensions, which hold its `_meta`, into the
+        // context before it takes the meta out of them: `context.meta` stays empty.
+        let meta = context
+            .extensions
+            .get::<NotificationMetaObject>()
+            .unwrap_or(&context.meta);
+        if let Some(task) = carried_task(meta) {
             let _ = self.tx.send(Note::Updated(Box::new(task)));
         }
     }
@@ -68,6 +71,56 @@ impl ClientHandler for Notifications {
         _context: NotificationContext<RoleClient>,
     ) {
         let _ = self.tx.send(Note::Progress(params));
+    }
+}
+
+/// The task's new state a resource update carries in its `_meta` (which rmcp hands over apart
+/// from the notification's params).
+fn carried_task(meta: &NotificationMetaObject) -> Option<TaskInfo> {
+    serde_json::from_value(meta.0.0.get(TASK_META_KEY)?.clone()).ok()
+}
+
+/// Where `watch` hears of its task's changes.
+enum Updates<'a> {
+    /// The session's notifications, which the client handler forwards (`resources/subscribe`
+    /// on a 2025-11-25 session, whose stream rmcp resumes after a reconnect).
+    Session(MutexGuard<'a, mpsc::UnboundedReceiver<Note>>),
+    /// A `subscriptions/listen` request of the watch's own (2026-07-28). Its stream cannot be
+    /// resumed, so one that ended (a dropped connection, a restarted server) is opened again
+    /// after the next successful read; the read covers what was missed in between.
+    Listen(Option<Box<Subscription>>),
+}
+
+impl Updates<'_> {
+    /// The next state of `task_id` heard of; `None` when the session's notifications ended for
+    /// good. While a stateless watch has no stream open, this waits for ever.
+    async fn next(&mut self, task_id: &str) -> Option<TaskInfo> {
+        loop {
+            let update = match self {
+                Updates::Session(notes) => match notes.recv().await? {
+                    Note::Updated(task) => Some(*task),
+                    Note::Progress(_) => None,
+                },
+                Updates::Listen(None) => std::future::pending().await,
+                Updates::Listen(Some(subscription)) => match subscription.next().await {
+                    Ok(Some(update @ ServerNotification::ResourceUpdatedNotification(_))) => {
+                        carried_task(update.get_meta())
+                    }
+                    Ok(Some(_)) => None,
+                    Ok(None) | Err(_) => {
+                        *self = Updates::Listen(None);
+                        None
+                    }
+                },
+            };
+            if let Some(task) = update.filter(|task| task.task_id == task_id) {
+                return Some(task);
+            }
+        }
+    }
+
+    fn listening(&self) -> bool {
+        !matches!(self, Updates::Listen(None))
     }
 }
 
@@ -101,13 +154,17 @@ impl Client {
     pub(super) async fn watch(&self, task_id: &str) -> Outcome<()> {
         let mut interrupted = interrupts()?;
         let uri = status_uri(task_id);
-        self.service
-            .subscribe(SubscribeRequestParams::new(uri.clone()))
-            .await
-            .map_err(|e| Failure::Refused(format!("cannot follow {task_id}: {e}")))?;
+        let mut updates = if self.stateless {
+            Updates::Listen(Some(Box::new(self.listen(&uri).await?)))
+        } else {
+            self.service
+                .subscribe(SubscribeRequestParams::new(uri.clone()))
+                .await
+                .map_err(|e| Failure::Refused(format!("cannot follow {task_id}: {e}")))?;
+            Updates::Session(self.notes.lock().await)
+        };
         let mut task: TaskInfo = decode(&self.read(&uri).await?)?;
         let bar = bar(task.total, self.args.json);
-        let mut notes = self.notes.lock().await;
         let mut reached = Instant::now();
         // The question last shown, so that each is asked once while it stays open.
         let mut asked: Option<String> = None;
@@ -163,15 +220,18 @@ impl Client {
                 };
             }
             tokio::select! {
-                note = notes.recv() => match note {
-                    Some(Note::Updated(update)) if update.task_id == task.task_id => task = *update,
-                    Some(_) => {}
+                update = updates.next(task_id) => match update {
+                    Some(update) => task = update,
                     None => return Err(lost(task_id)),
                 },
                 _ = tokio::time::sleep(REREAD_EVERY) => match self.read(&uri).await {
                     Ok(value) => {
                         task = decode(&value)?;
                         reached = Instant::now();
+                        if !updates.listening() {
+                            // Reachable again: listen again (a failure is retried next time).
+                            updates = Updates::Listen(self.listen(&uri).await.ok().map(Box::new));
+                        }
                     }
                     Err(Failure::Unreachable(_)) if reached.elapsed() < RECONNECT_GRACE => {
                         bar.set_message("server unreachable; retrying");
@@ -189,6 +249,17 @@ impl Client {
                 }
             }
         }
+    }
+
+    /// A `subscriptions/listen` request for the changes of resource `uri`.
+    async fn listen(&self, uri: &str) -> Outcome<Subscription> {
+        let filter = SubscriptionFilter::builder()
+            .resource_subscription(uri)
+            .build();
+        self.service
+            .listen(filter)
+            .await
+            .map_err(|e| Failure::Refused(format!("cannot follow {uri}: {e}")))
     }
 
     /// Runs `resumable_data_processing` with `arguments`, showing its progress.

@@ -3,14 +3,14 @@
 //! the property's JSON type.
 //!
 //! The flags after `task start KIND` (or `process`) are parsed in two passes: first only the
-//! client's own flags (`--server`, `--state-file`, `--token`), which are needed to reach the server, then,
-//! with the tool's schema in hand, everything.
+//! client's own flags (`--server`, `--state-file`, `--token`, `--protocol`), which are needed to
+//! reach the server, then, with the tool's schema in hand, everything.
 
-use clap::{ArgAction, Args, Command};
+use clap::{ArgAction, Args, Command, ValueEnum};
 use durable_shared::form::{FormField, Input, fields};
 use serde_json::{Map, Value};
 
-use crate::args::ClientArgs;
+use crate::args::{ClientArgs, Protocol};
 
 /// The client flags among `arguments` (those after the kind), over the ones given before it.
 ///
@@ -31,6 +31,11 @@ pub fn client_flags(before: &ClientArgs, arguments: &[String]) -> ClientArgs {
             "--state-file" => flags.state_file = value().map(Into::into).or(flags.state_file),
             "--token" => flags.token = value().or(flags.token),
             "--json" => flags.json = true,
+            "--protocol" => {
+                flags.protocol = value()
+                    .and_then(|name| Protocol::from_str(&name, false).ok())
+                    .unwrap_or(flags.protocol)
+            }
             _ => {}
         }
     }
@@ -178,6 +183,7 @@ mod tests {
             json: false,
             state_file: None,
             token: None,
+            protocol: Protocol::Auto,
         };
         let flags = client_flags(
             &before,
@@ -188,11 +194,14 @@ mod tests {
                 "http://other/mcp",
                 "--json",
                 "--token=abc",
+                "--protocol",
+                "session",
             ]),
         );
         assert_eq!(flags.server, "http://other/mcp");
         assert!(flags.json);
         assert_eq!(flags.token.as_deref(), Some("abc"));
+        assert_eq!(flags.protocol, Protocol::Session);
         assert_eq!(
             client_flags(&before, &args(&["--epochs", "3"])).server,
             before.server

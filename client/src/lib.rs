@@ -20,15 +20,16 @@ use std::process::ExitCode;
 use durable_shared::kinds::{PROCESSING_TOOL, start_tool};
 use durable_shared::{ServerStats, TaskInfo, TaskList, list_uri, status_uri};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ReadResourceRequestParams, ResourceContents, Tool,
+    CallToolRequestParams, CallToolResult, ProtocolVersion, ReadResourceRequestParams,
+    ResourceContents, Tool,
 };
 use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{RoleClient, ServiceExt};
+use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient};
 use serde_json::{Value, json};
 
-use args::{ClientArgs, ClientCommand, TaskCommand};
+use args::{ClientArgs, ClientCommand, Protocol, TaskCommand};
 use state::ClientState;
 
 const REFUSED: u8 = 1;
@@ -58,6 +59,8 @@ struct Client {
     notes: tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<follow::Note>>,
     args: ClientArgs,
     client_id: String,
+    /// Speaking the stateless 2026-07-28 revision (no session, nothing kept between requests).
+    stateless: bool,
 }
 
 /// Runs a client subcommand and returns the process exit code.
@@ -132,7 +135,22 @@ impl Client {
         }
         let transport = StreamableHttpClientTransport::from_config(config);
         let (notifications, notes) = follow::Notifications::new();
-        let service = notifications.serve(transport).await.map_err(|e| {
+        let lifecycle = match args.protocol {
+            // rmcp's probe: server/discover, and initialize where the server answers it as a
+            // server before 2026-07-28 does (an error), or not at all within 10 s.
+            Protocol::Auto => ClientLifecycleMode::Auto {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                legacy_version: Some(ProtocolVersion::V_2025_11_25),
+            },
+            Protocol::Stateless => ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+            Protocol::Session => ClientLifecycleMode::Initialize,
+        };
+        let service = notifications
+            .serve_with_lifecycle(transport, lifecycle)
+            .await
+            .map_err(|e| {
             let text = e.to_string();
             if text.contains("authorization required") || text.contains("Auth required") {
                 return Failure::Refused(format!(
@@ -147,11 +165,15 @@ impl Client {
                 args.server
             ))
         })?;
+        let stateless = service
+            .peer_info()
+            .is_some_and(|info| info.protocol_version == ProtocolVersion::V_2026_07_28);
         Ok(Client {
             service,
             notes: tokio::sync::Mutex::new(notes),
             args,
             client_id,
+            stateless,
         })
     }
 

@@ -361,11 +361,48 @@ async fn an_interrupted_process_run_continues_from_its_checkpoint_when_run_again
     client.close().await;
 }
 
+/// MCP sessions the server knows of now, from its `/metrics`.
+async fn sessions_known(server: &Server) -> f64 {
+    let url = format!("http://{}/metrics", server.addr);
+    let text = within(IO_TIMEOUT, "/metrics", async {
+        reqwest::get(url).await?.text().await
+    })
+    .await
+    .unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix("durable_sessions "))
+        .expect("durable_sessions in /metrics")
+        .parse()
+        .unwrap()
+}
+
+/// With no flag the client speaks the stateless 2026-07-28 revision to this server (it makes
+/// no session) and follows a task by `subscriptions/listen`, opened again after a server kill.
 #[tokio::test]
-async fn watch_reports_the_end_of_a_task_in_its_exit_code_and_survives_a_server_kill() {
+async fn watch_needs_no_flag_to_speak_the_stateless_revision_and_survives_a_server_kill() {
+    watch_survives_a_server_kill(&[], false).await;
+}
+
+/// `--protocol session` makes a 2025-11-25 session, which follows the task by
+/// `resources/subscribe` on its resumed stream, as against a server before 2026-07-28.
+#[tokio::test]
+async fn watch_on_a_session_survives_a_server_kill() {
+    watch_survives_a_server_kill(&["--protocol", "session"], true).await;
+}
+
+/// A watch (with `protocol` flags) prints each step of a task as it happens, outlives a
+/// SIGKILL of the server and ends with the task's exit code; whether the client `makes_sessions`
+/// on the server.
+async fn watch_survives_a_server_kill(protocol: &[&str], makes_sessions: bool) {
     let dir = tempfile::tempdir().unwrap();
     let mut server = Server::start(dir.path(), &["--time-scale", "0.02"]).await;
     let state = dir.path().join("client.json");
+    let cli = async |server: &Server, state: &Path, args: &[&str]| {
+        cli(server, state, &[args, protocol].concat()).await
+    };
+    let spawn_cli = |server: &Server, state: &Path, args: &[&str]| {
+        spawn_cli(server, state, &[args, protocol].concat())
+    };
     let started = json(
         &cli(
             &server,
@@ -388,16 +425,21 @@ async fn watch_reports_the_end_of_a_task_in_its_exit_code_and_survives_a_server_
     let id = started["task_id"].as_str().unwrap().to_owned();
     let (mut watcher, mut rx) = spawn_cli(&server, &state, &["task", "watch", &id, "--json"]);
     let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    let mut seen = Vec::new();
+    while seen.last().is_none_or(|p| *p < 20) {
         let line = within(Duration::from_secs(30), "a line from watch", rx.recv())
             .await
             .unwrap();
         let line: Value = serde_json::from_str(&line).unwrap();
-        if line["progress"].as_u64() >= Some(20) {
-            break;
-        }
+        seen.push(line["progress"].as_u64().unwrap());
         assert!(Instant::now() < deadline);
     }
+    // Each step as it happened (10 a second), not only what a read every 2 s would show.
+    assert!(
+        seen.windows(2).all(|w| w[1] - w[0] <= 1),
+        "steps the watch was not told of: {seen:?}"
+    );
+    assert_eq!(sessions_known(&server).await > 0.0, makes_sessions);
     server.kill9().await;
     server.restart().await;
     let status = wait_exit(&mut watcher, Duration::from_secs(90)).await;
