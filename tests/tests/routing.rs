@@ -147,3 +147,64 @@ async fn a_session_that_falls_behind_ends_with_the_current_state_of_every_task()
     );
     client.close().await;
 }
+
+/// A session restored after a restart first hears the current state of what it follows: the
+/// task it subscribed to finished while no process served the session, which no stored event
+/// tells, so its resumed stream carries the finished state.
+#[tokio::test]
+async fn a_restored_session_hears_what_its_tasks_did_while_nothing_served_it() {
+    use durable_shared::{TASK_META_KEY, status_uri};
+    use durable_tests::raw::{RawSession, Sse};
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), &["--time-scale", "0.02"]).await;
+    let session = RawSession::open(&server.mcp_url(), "2025-11-25").await;
+    let mut stream = Sse::new(session.get(None).await);
+    stream.next(IO_TIMEOUT).await.expect("priming event");
+    // 0.1 s a step, 30 steps: running at the kill, done before the session comes back.
+    let started = session
+        .call(
+            1,
+            "tools/call",
+            json!({"name": "start_batch_processing", "arguments":
+                   {"batch_size": 1, "total_items": 30, "processing_delay": 5}}),
+        )
+        .await;
+    let task_id = started["structuredContent"]["task_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    session
+        .call(
+            2,
+            "resources/subscribe",
+            json!({"uri": status_uri(&task_id)}),
+        )
+        .await;
+    let update = |message: &serde_json::Value| {
+        message["method"] == "notifications/resources/updated"
+            && message["params"]["uri"] == status_uri(&task_id)
+    };
+    let heard = stream.until(IO_TIMEOUT, update).await;
+    let last_id = heard.last().and_then(|e| e.id.clone()).unwrap();
+    server.kill9().await;
+    server.restart().await;
+    let client = Client::connect(&server.mcp_url(), None).await;
+    let done = client.wait_terminal(&task_id, TASK_LIMIT).await;
+    assert_eq!(done.status, TaskStatus::Completed);
+    client.close().await;
+
+    let mut resumed = Sse::new(session.get(Some(&last_id)).await);
+    let events = resumed
+        .until(IO_TIMEOUT, |message| {
+            update(message) && message["params"]["_meta"][TASK_META_KEY]["status"] == "completed"
+        })
+        .await;
+    let last: TaskInfo = serde_json::from_value(
+        durable_tests::raw::EventExt::json(events.last().unwrap())["params"]["_meta"]
+            [TASK_META_KEY]
+            .clone(),
+    )
+    .unwrap();
+    assert_eq!(last.progress, 30, "{last:?}");
+}

@@ -400,6 +400,12 @@ impl ServerHandler for DurableServer {
                 }
                 Err(e) => tracing::error!(error = %e, "cannot restore the session's subscriptions"),
             }
+            if self.shared.streams.take_restored(&session_id) {
+                // Nothing here served the session until now: its forwarder first sends the
+                // current state of what it follows, and every handle's status (when the session
+                // last heard of one is not known, and sending one again is harmless).
+                self.shared.routes.lagging(self.key(), i64::MIN);
+            }
         }
         if questions::can_ask(&context.peer)
             && let Some(owner) = self.shared.routes.client(self.key())

@@ -344,6 +344,13 @@ impl Routes {
         handles.push(route);
     }
 
+    /// Marks session `key` lagging: it missed whatever changed at or after `since_ms`.
+    pub(super) fn lagging(&self, key: SessionKey, since_ms: i64) {
+        if let Some(listener) = self.index().sessions.get(&key) {
+            listener.lag.mark(since_ms);
+        }
+    }
+
     /// Marks every session lagging: the router itself missed events after `since_ms`, and
     /// which tasks they were about is unknown.
     pub(super) fn all_lagging(&self, since_ms: i64) {

@@ -113,6 +113,9 @@ struct Inner {
     /// Per known session, whether rmcp serves it in this process yet (see
     /// [`StreamStore::serving_gate`]).
     serving: Mutex<HashMap<String, Arc<tokio::sync::Mutex<bool>>>>,
+    /// Sessions rmcp restored from the store whose handler has not yet started (see
+    /// [`StreamStore::take_restored`]).
+    restored: Mutex<HashSet<String>>,
     /// Names this process in call bindings, so a restarted server knows which calls lost their
     /// handler: `{node}/{uuid}`, so that a node restarted under its id can tell its own earlier
     /// processes, which are dead, from other nodes' (see [`Store::keep_alive`]).
@@ -133,6 +136,7 @@ impl StreamStore {
                 standalone_opened: Notify::new(),
                 seen: Mutex::default(),
                 serving: Mutex::default(),
+                restored: Mutex::default(),
                 instance: format!("{node}/{}", uuid::Uuid::new_v4()),
                 shutdown,
             }),
@@ -393,6 +397,17 @@ impl StreamStore {
         }
     }
 
+    /// Whether rmcp has just restored `session_id` from the store (once per restoration): it was
+    /// served by a process that ended, or by another node, and whatever changed since then was
+    /// announced to nobody on its behalf.
+    pub fn take_restored(&self, session_id: &str) -> bool {
+        self.inner
+            .restored
+            .lock()
+            .expect("restored lock")
+            .remove(session_id)
+    }
+
     /// Forgets what this process knew of a session that ended.
     fn forget(&self, session_id: &str) {
         self.inner
@@ -405,6 +420,7 @@ impl StreamStore {
             .lock()
             .expect("serving lock")
             .remove(session_id);
+        self.take_restored(session_id);
     }
 
     /// Notes that a session made a request; the next sweep refreshes its last-seen time.
@@ -760,6 +776,11 @@ impl SessionStore for StreamStore {
         };
         let state: SessionState = serde_json::from_str(&state)?;
         self.remember(session_id, &state);
+        self.inner
+            .restored
+            .lock()
+            .expect("restored lock")
+            .insert(session_id.to_owned());
         tracing::info!(session_id, "restoring session from the store");
         Ok(Some(state))
     }
