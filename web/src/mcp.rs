@@ -180,14 +180,26 @@ pub struct SessionInfo {
 pub struct SseReader {
     reader: ReadableStreamDefaultReader,
     buffer: Vec<u8>,
+    /// When the server opened the stream, by its clock (its `Date` header, in ms since the
+    /// epoch): a change made after this is live, not replayed.
+    pub opened_at_ms: Option<i64>,
 }
 
 impl SseReader {
     pub fn new(response: &Response) -> Option<SseReader> {
         let reader = response.body()?.get_reader().dyn_into().ok()?;
+        let opened_at_ms = response
+            .headers()
+            .get("date")
+            .ok()
+            .flatten()
+            .map(|date| js_sys::Date::parse(&date))
+            .filter(|ms| ms.is_finite())
+            .map(|ms| ms as i64);
         Some(SseReader {
             reader,
             buffer: Vec::new(),
+            opened_at_ms,
         })
     }
 

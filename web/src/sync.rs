@@ -16,7 +16,7 @@ use wasm_bindgen_futures::JsFuture;
 use crate::mcp::{Mcp, McpError, SseReader};
 use crate::state::{Conn, Dashboard, StartKind};
 
-/// How long without events ends "replaying" after a reconnect.
+/// How long without events ends "replaying" after a reconnect, if no live change ended it.
 const REPLAY_QUIET_MS: i32 = 300;
 
 pub async fn sleep(ms: i32) {
@@ -70,24 +70,21 @@ async fn read_kinds(mcp: &Mcp, dash: Dashboard) -> Result<(), McpError> {
     Ok(())
 }
 
-/// Reads every task and subscribes to what can still change.
+/// Subscribes to the whole task list, then reads it. One subscription for every task: each of
+/// its updates carries the task that changed (a new one from its creation on), so the server
+/// keeps one entry for this page however many tasks there are. Subscribed before the read, so
+/// a change in between is not lost.
 async fn resync(mcp: &Mcp, dash: Dashboard) -> Result<(), McpError> {
     if dash.kinds.with_untracked(Vec::is_empty) {
         read_kinds(mcp, dash).await?;
     }
-    // New tasks always start as pending: this subscription announces each one.
-    subscribe(mcp, &list_uri(Some(TaskStatus::Pending))).await?;
+    subscribe(mcp, &list_uri(None)).await?;
     let result = mcp
         .request("resources/read", json!({"uri": list_uri(None)}))
         .await?;
     let text = result["contents"][0]["text"].as_str().unwrap_or_default();
     let list: TaskList = serde_json::from_str(text)
         .map_err(|e| McpError::Rpc(format!("unreadable task list: {e}")))?;
-    for task in &list.tasks {
-        if !task.status.is_terminal() {
-            subscribe(mcp, &status_uri(&task.task_id)).await?;
-        }
-    }
     dash.replace_tasks(list.tasks);
     Ok(())
 }
@@ -250,25 +247,21 @@ async fn follow(
             Ok(task) => vec![task],
             Err(_) => serde_json::from_value(meta[TASK_LIST_META_KEY].clone()).unwrap_or_default(),
         };
+        // The `Date` header has whole seconds: a change within the second before the stream
+        // opened counts as live too.
+        let live = |task: &TaskInfo| {
+            reader
+                .opened_at_ms
+                .is_some_and(|opened| task.updated_at.timestamp_millis() >= opened - 1_000)
+        };
+        if changed.iter().any(live) && matches!(dash.conn.get_untracked(), Conn::Replaying(_)) {
+            dash.conn.set(Conn::Connected);
+        }
         for task in changed {
-            apply_change(mcp, dash, &id, task);
+            dash.apply_event(&id, task);
         }
     }
     Ok(())
-}
-
-/// Applies a task's new state, following it from now on if it is new and still live.
-fn apply_change(mcp: &Rc<Mcp>, dash: Dashboard, event_id: &str, task: TaskInfo) {
-    let is_new = dash
-        .tasks
-        .with_untracked(|tasks| !tasks.contains_key(&task.task_id));
-    if is_new && !task.status.is_terminal() {
-        let (mcp, task_id) = (mcp.clone(), task.task_id.clone());
-        leptos::task::spawn_local(async move {
-            let _ = subscribe(&mcp, &status_uri(&task_id)).await;
-        });
-    }
-    dash.apply_event(event_id, task);
 }
 
 /// Switches "replaying" to "connected" once no event came for a moment.

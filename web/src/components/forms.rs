@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use super::dashboard;
 use crate::mcp::McpError;
 use crate::state::StartKind;
-use crate::sync::{refresh_task, subscribe};
+use crate::sync::refresh_task;
 
 /// The server's error on a form: the field it names (None: not about one field) and its message.
 pub(super) type FormError = RwSignal<Option<(Option<String>, String)>>;
@@ -102,7 +102,8 @@ fn KindForm(kind: StartKind) -> impl IntoView {
             match mcp.call_tool(&tool, Value::Object(arguments)).await {
                 Ok(result) => {
                     if let Some(id) = result["structuredContent"]["task_id"].as_str() {
-                        let _ = subscribe(&mcp, &durable_shared::status_uri(id)).await;
+                        // The list subscription announces the task's changes; this read shows
+                        // it at once even if its first announcement is still on its way.
                         let _ = refresh_task(&mcp, dash, id).await;
                         dash.selected.set(Some(id.to_owned()));
                     }
