@@ -613,3 +613,56 @@ async fn the_dashboard_answers_a_tasks_questions_with_forms() {
     client.close().await;
     browser.close().await;
 }
+
+/// Each tab has its own session (so its own stream and last event id): a second tab, and a copy
+/// of a tab made as "Duplicate tab" makes one (`window.open` copies the tab's storage, its id
+/// with it, while the first page runs), each start their own, and a reload keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_tab_and_a_duplicated_tab_keep_their_own_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let dist = dist();
+    let server = Server::start(dir.path(), &["--dashboard-dir", &dist]).await;
+    let browser = Browser::start().await;
+    let url = format!("http://{}/", server.addr);
+    let connected = async || {
+        browser
+            .wait_text("[data-test=conn]", |t| t == "connected")
+            .await;
+        local_storage(&browser).await
+    };
+    browser.goto(&url).await;
+    let (client_id, first) = connected().await;
+    let first_window = browser.client.window().await.unwrap();
+
+    browser.js("window.open(location.href); return null;").await;
+    let copy_window = browser
+        .wait_for("the copied tab", || async {
+            let windows = browser.client.windows().await.unwrap_or_default();
+            windows.into_iter().find(|w| *w != first_window)
+        })
+        .await;
+    browser.client.switch_to_window(copy_window).await.unwrap();
+    let (copy_client, copy) = connected().await;
+    assert_eq!(copy_client, client_id, "one browser, one client id");
+    assert_ne!(copy, first, "the copy has a session of its own");
+    browser.refresh().await;
+    assert_eq!(
+        connected().await.1,
+        copy,
+        "a reload keeps the copy's session"
+    );
+
+    let other = browser.client.new_window(true).await.unwrap();
+    browser.client.switch_to_window(other.handle).await.unwrap();
+    browser.goto(&url).await;
+    let (_, second) = connected().await;
+    assert!(
+        second != first && second != copy,
+        "a new tab starts its own"
+    );
+
+    browser.client.switch_to_window(first_window).await.unwrap();
+    browser.refresh().await;
+    assert_eq!(connected().await.1, first, "the first tab kept its session");
+    browser.close().await;
+}

@@ -12,6 +12,7 @@ use durable_shared::sse::{SseEvent, take_event};
 use js_sys::{Reflect, Uint8Array};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{Headers, ReadableStreamDefaultReader, Request, RequestInit, Response};
@@ -21,6 +22,8 @@ const CLIENT_ID_KEY: &str = "durable-mcp/client-id";
 /// The bearer token a signed-in user gave, for servers that require one (kept until sign-out).
 const TOKEN_KEY: &str = "durable-mcp/token";
 const TAB_ID_KEY: &str = "durable-mcp/tab-id";
+/// In the tab's storage while a page of the tab is open (see [`tab_id`]).
+const TAB_OPEN_KEY: &str = "durable-mcp/tab-open";
 
 /// Why a request failed.
 #[derive(Debug, Clone, PartialEq)]
@@ -73,15 +76,15 @@ pub(crate) fn tab_storage() -> Option<web_sys::Storage> {
     web_sys::window()?.session_storage().ok()?
 }
 
+/// 128 random bits in hex, from `crypto.getRandomValues`: the client id owns tasks, so it must
+/// not be guessable, which `Math.random`'s output is.
 fn random_id() -> String {
-    (0..4)
-        .map(|_| {
-            format!(
-                "{:08x}",
-                (js_sys::Math::random() * f64::from(u32::MAX)) as u32
-            )
-        })
-        .collect()
+    let mut bytes = [0u8; 16];
+    web_sys::window()
+        .and_then(|window| window.crypto().ok())
+        .and_then(|crypto| crypto.get_random_values_with_u8_array(&mut bytes).ok())
+        .expect("crypto.getRandomValues, which every browser the dashboard runs in has");
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// The id stored under `key`, created (and stored, if storage is available) the first time.
@@ -164,8 +167,42 @@ async fn refusal(response: &Response) -> String {
 }
 
 /// This tab's id: in the tab's own storage, so each tab has its own MCP session and stream.
+///
+/// A tab made by "Duplicate tab" (or `window.open`) starts with a copy of its opener's storage,
+/// the id with it, while the opener still runs. The open mark the opener keeps there tells the
+/// copy what it is, and it takes an id (so a session and a stream position) of its own. A
+/// reload finds no mark: the page that left removed it.
 fn tab_id() -> String {
-    stored_id(tab_storage(), TAB_ID_KEY, random_id)
+    let storage = tab_storage();
+    if let Some(storage) = &storage {
+        if storage.get_item(TAB_OPEN_KEY).ok().flatten().is_some() {
+            let _ = storage.remove_item(TAB_ID_KEY);
+        }
+        keep_open_mark(storage);
+    }
+    stored_id(storage, TAB_ID_KEY, random_id)
+}
+
+/// Sets the open mark now and whenever the page is shown again (from the back-forward cache),
+/// and removes it whenever the page goes (reload, navigation, closing the tab).
+fn keep_open_mark(storage: &web_sys::Storage) {
+    let _ = storage.set_item(TAB_OPEN_KEY, "1");
+    let Some(window) = web_sys::window() else {
+        return;
+    };
+    for (event, open) in [("pageshow", true), ("pagehide", false)] {
+        let storage = storage.clone();
+        let listener = Closure::<dyn Fn()>::new(move || {
+            let _ = if open {
+                storage.set_item(TAB_OPEN_KEY, "1")
+            } else {
+                storage.remove_item(TAB_OPEN_KEY)
+            };
+        });
+        let _ = window.add_event_listener_with_callback(event, listener.as_ref().unchecked_ref());
+        // Listens for the page's whole life.
+        listener.forget();
+    }
 }
 
 /// What a tab persists about its session.
