@@ -666,3 +666,81 @@ async fn each_tab_and_a_duplicated_tab_keep_their_own_session() {
     assert_eq!(connected().await.1, first, "the first tab kept its session");
     browser.close().await;
 }
+
+/// A row action waits for its answer, so a double click sends one call; an action that fails
+/// shows its error, apart from the connection's state, until it is dismissed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row_actions_wait_for_their_answer_and_their_errors_can_be_dismissed() {
+    let dir = tempfile::tempdir().unwrap();
+    let dist = dist();
+    let mut server = Server::start(
+        dir.path(),
+        &["--dashboard-dir", &dist, "--time-scale", "0.02"],
+    )
+    .await;
+    let browser = Browser::start().await;
+    browser.goto(&format!("http://{}/", server.addr)).await;
+    browser
+        .wait_text("[data-test=conn]", |t| t == "connected")
+        .await;
+    let task = start(
+        &browser,
+        "start_batch_processing",
+        &[
+            ("batch_size", "1"),
+            ("total_items", "1000"),
+            ("processing_delay", "5"),
+        ],
+    )
+    .await;
+    wait_status(&browser, &task, "running").await;
+    // Counts the page's pause_task calls, then clicks Pause twice in one turn of its event loop.
+    browser
+        .js(&format!(
+            "window.pauses = 0; \
+             const fetch = window.fetch; \
+             window.fetch = (request, init) => {{ \
+               request.clone().text().then(body => {{ \
+                 if (body.includes('\"pause_task\"')) window.pauses += 1; }}); \
+               return fetch.call(window, request, init); }}; \
+             const pause = document.querySelector(\"tr[data-task-id='{task}'] [data-test=pause]\"); \
+             pause.click(); pause.click(); return null;"
+        ))
+        .await;
+    wait_status(&browser, &task, "paused").await;
+    browser
+        .wait_for("the resume button", || async {
+            browser
+                .client
+                .find(Locator::Css(&format!(
+                    "tr[data-task-id='{task}'] [data-test=resume]"
+                )))
+                .await
+                .ok()
+        })
+        .await;
+    assert_eq!(browser.js("return window.pauses;").await, 1, "one call");
+
+    // With the server gone, Resume fails: its error stays until dismissed.
+    server.kill9().await;
+    browser
+        .click(&format!("tr[data-task-id='{task}'] [data-test=resume]"))
+        .await;
+    let error = browser
+        .wait_text("[data-test=error]", |t| t.contains("resume_task"))
+        .await;
+    assert!(error.contains(&task), "{error}");
+    browser.screenshot("dashboard-action-error").await;
+    browser.click("[data-test=dismiss]").await;
+    browser
+        .wait_for("the error dismissed", || async {
+            browser
+                .client
+                .find_all(Locator::Css("[data-test=error]"))
+                .await
+                .ok()
+                .filter(Vec::is_empty)
+        })
+        .await;
+    browser.close().await;
+}

@@ -34,6 +34,21 @@ pub fn App() -> impl IntoView {
     view! {
         <Header client_id=client_id />
         {move || dash.notice.get().map(|text| view! { <p class="notice" role="status">{text}</p> })}
+        <ul class="errors" aria-label="Errors">
+            <For each=move || dash.errors.get() key=|error| error.id let:error>
+                <li class="error" role="alert" data-test="error">
+                    <span>{error.text}</span>
+                    <button
+                        class="dismiss"
+                        data-test="dismiss"
+                        aria-label="Dismiss"
+                        on:click=move |_| dash.dismiss(error.id)
+                    >
+                        "×"
+                    </button>
+                </li>
+            </For>
+        </ul>
         <SignIn />
         <main>
             <section class="start" aria-label="Start a task">

@@ -74,6 +74,13 @@ pub struct StartKind {
     pub fields: Vec<FormField>,
 }
 
+/// An action's error, as shown until dismissed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActionError {
+    pub id: u64,
+    pub text: String,
+}
+
 /// All reactive state, cheap to copy into closures.
 #[derive(Clone, Copy)]
 pub struct Dashboard {
@@ -83,8 +90,10 @@ pub struct Dashboard {
     pub selected: RwSignal<Option<String>>,
     /// The start forms, read from the server's `tools/list`.
     pub kinds: RwSignal<Vec<StartKind>>,
-    /// A message for the banner (failed action, lost connection...).
+    /// The connection's trouble, for the banner (cleared when the stream is back).
     pub notice: RwSignal<Option<String>>,
+    /// Errors of actions the user took, oldest first, each shown until dismissed.
+    pub errors: RwSignal<Vec<ActionError>>,
     /// The server wants a bearer token (none was given, or it was refused): why. The sign-in
     /// form shows while it is set.
     pub sign_in: RwSignal<Option<String>>,
@@ -106,9 +115,24 @@ impl Dashboard {
             selected: RwSignal::new(None),
             kinds: RwSignal::new(Vec::new()),
             notice: RwSignal::new(None),
+            errors: RwSignal::new(Vec::new()),
             sign_in: RwSignal::new(None),
             signed_in: RwSignal::new(crate::mcp::token().is_some()),
         }
+    }
+
+    /// Shows the error of an action the user took, until they dismiss it.
+    pub fn report(&self, text: String) {
+        self.errors.update(|errors| {
+            let id = errors.last().map_or(0, |last| last.id + 1);
+            errors.push(ActionError { id, text });
+        });
+    }
+
+    /// Removes error `id` from view.
+    pub fn dismiss(&self, id: u64) {
+        self.errors
+            .update(|errors| errors.retain(|error| error.id != id));
     }
 
     /// Replaces every task with a fresh read of the whole list; timelines of tasks no longer

@@ -153,10 +153,20 @@ fn Row(task_id: String) -> impl IntoView {
 fn Actions(task_id: String, status: TaskStatus) -> impl IntoView {
     let dash = dashboard();
     let confirming = RwSignal::new(false);
+    // The action whose call is on its way: the buttons wait for its answer, so a double click
+    // sends one call.
+    let pending = RwSignal::new(None::<&'static str>);
     let act = move |tool: &'static str, task_id: String| {
+        if pending.get_untracked().is_some() {
+            return;
+        }
+        pending.set(Some(tool));
         leptos::task::spawn_local(async move {
             let mcp = crate::connection();
-            match mcp.call_tool(tool, json!({"task_id": task_id})).await {
+            let answer = mcp.call_tool(tool, json!({"task_id": task_id})).await;
+            // The new status may have drawn other buttons already, which dropped these.
+            pending.try_set(None);
+            match answer {
                 Ok(result) => {
                     if let Ok(task) =
                         serde_json::from_value::<TaskInfo>(result["structuredContent"].clone())
@@ -164,22 +174,37 @@ fn Actions(task_id: String, status: TaskStatus) -> impl IntoView {
                         dash.upsert(task);
                     }
                 }
-                Err(e) => dash.notice.set(Some(e.to_string())),
+                Err(e) => dash.report(format!("{tool} of task {task_id} failed: {e}")),
             }
         });
+    };
+    let busy = move || pending.get().is_some();
+    let label = move |tool: &'static str, idle: &'static str, working: &'static str| {
+        move || {
+            if pending.get() == Some(tool) {
+                working
+            } else {
+                idle
+            }
+        }
     };
     let (pause_id, resume_id, cancel_id) = (task_id.clone(), task_id.clone(), task_id);
     view! {
         {matches!(status, TaskStatus::Pending | TaskStatus::Running).then(|| view! {
-            <button data-test="pause" on:click=move |_| act("pause_task", pause_id.clone())>"Pause"</button>
+            <button data-test="pause" disabled=busy on:click=move |_| act("pause_task", pause_id.clone())>
+                {label("pause_task", "Pause", "Pausing…")}
+            </button>
         })}
         {(status == TaskStatus::Paused).then(|| view! {
-            <button data-test="resume" on:click=move |_| act("resume_task", resume_id.clone())>"Resume"</button>
+            <button data-test="resume" disabled=busy on:click=move |_| act("resume_task", resume_id.clone())>
+                {label("resume_task", "Resume", "Resuming…")}
+            </button>
         })}
         {(!status.is_terminal()).then(|| view! {
             <button
                 class:danger=move || confirming.get()
                 data-test="cancel"
+                disabled=busy
                 on:click=move |_| {
                     if confirming.get_untracked() {
                         act("cancel_task", cancel_id.clone());
@@ -187,7 +212,11 @@ fn Actions(task_id: String, status: TaskStatus) -> impl IntoView {
                     confirming.update(|c| *c = !*c);
                 }
             >
-                {move || if confirming.get() { "Confirm cancel" } else { "Cancel" }}
+                {move || match (pending.get(), confirming.get()) {
+                    (Some("cancel_task"), _) => "Cancelling…",
+                    (_, true) => "Confirm cancel",
+                    _ => "Cancel",
+                }}
             </button>
         })}
     }
