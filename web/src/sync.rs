@@ -1,6 +1,7 @@
-//! Keeps the dashboard in step with the server: initializes (or reuses) the session, reads the
-//! task list once, subscribes, then follows the standalone stream for good, reconnecting with
-//! backoff (honouring the server's `retry:`) and resuming from the last event id.
+//! Keeps the dashboard in step with the server: initializes (or reuses) the session, subscribes
+//! to the task list and reads it once, then follows the standalone stream for good,
+//! reconnecting with backoff (honouring the server's `retry:`) and resuming from the last event
+//! id.
 
 use std::cell::Cell;
 use std::rc::Rc;
