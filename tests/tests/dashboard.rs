@@ -744,3 +744,66 @@ async fn row_actions_wait_for_their_answer_and_their_errors_can_be_dismissed() {
         .await;
     browser.close().await;
 }
+
+/// A running task's actions are on screen without scrolling sideways, at desktop width and at a
+/// phone's 390 px.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_tasks_actions_fit_on_desktop_and_phone_screens() {
+    let dir = tempfile::tempdir().unwrap();
+    let dist = dist();
+    let server = Server::start(
+        dir.path(),
+        &["--dashboard-dir", &dist, "--time-scale", "0.02"],
+    )
+    .await;
+    let browser = Browser::start().await;
+    browser.goto(&format!("http://{}/", server.addr)).await;
+    browser
+        .wait_text("[data-test=conn]", |t| t == "connected")
+        .await;
+    let task = start(
+        &browser,
+        "start_ml_training",
+        // A long name and message: the free-text columns must give way to the actions.
+        &[
+            ("model_name", "customer-churn-gradient-boosted-ensemble"),
+            ("dataset_size", "100"),
+            ("epochs", "1000"),
+        ],
+    )
+    .await;
+    wait_status(&browser, &task, "running").await;
+    for (width, name) in [(1280, "dashboard-desktop"), (390, "dashboard-phone")] {
+        browser.client.set_window_size(width, 900).await.unwrap();
+        let sizes = browser
+            .wait_for(&format!("the page at {width} px"), || async {
+                let sizes = browser
+                    .js(&format!(
+                        "const wrap = document.querySelector('.table-wrap'); \
+                         const cancel = document.querySelector(\"tr[data-task-id='{task}'] [data-test=cancel]\"); \
+                         return [window.innerWidth, document.scrollingElement.scrollWidth, \
+                                 wrap.scrollWidth, wrap.clientWidth, \
+                                 cancel.getBoundingClientRect().right];"
+                    ))
+                    .await;
+                let sizes: Vec<f64> = sizes
+                    .as_array()?
+                    .iter()
+                    .map(|size| size.as_f64().unwrap_or(f64::MAX))
+                    .collect();
+                (sizes[0] <= f64::from(width)).then_some(sizes)
+            })
+            .await;
+        browser.screenshot(name).await;
+        let [window, page, table, table_box, cancel] = sizes[..] else {
+            unreachable!("five sizes")
+        };
+        // Nothing to scroll sideways to, and the last button inside the window.
+        assert!(
+            page <= window && table <= table_box && cancel <= window,
+            "at {width} px: window {window}, page {page}, table {table} in {table_box}, \
+             Cancel ends at {cancel}"
+        );
+    }
+    browser.close().await;
+}
