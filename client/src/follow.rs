@@ -154,7 +154,7 @@ impl Client {
     pub(super) async fn watch(&self, task_id: &str) -> Outcome<()> {
         let mut interrupted = interrupts()?;
         let uri = status_uri(task_id);
-        let mut updates = if self.stateless {
+        let mut updates = if self.stateless() {
             Updates::Listen(Some(Box::new(self.listen(&uri).await?)))
         } else {
             self.service

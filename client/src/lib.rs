@@ -59,8 +59,6 @@ struct Client {
     notes: tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<follow::Note>>,
     args: ClientArgs,
     client_id: String,
-    /// Speaking the stateless 2026-07-28 revision (no session, nothing kept between requests).
-    stateless: bool,
 }
 
 /// Runs a client subcommand and returns the process exit code.
@@ -150,31 +148,21 @@ impl Client {
         let service = notifications
             .serve_with_lifecycle(transport, lifecycle)
             .await
-            .map_err(|e| {
-            let text = e.to_string();
-            if text.contains("authorization required") || text.contains("Auth required") {
-                return Failure::Refused(format!(
-                    "the durable-mcp server at {} refused the request ({e}): it requires an \
-                     OAuth bearer token; pass a valid one with --token (DURABLE_MCP_TOKEN)",
-                    args.server
-                ));
-            }
-            Failure::Unreachable(format!(
-                "cannot reach the durable-mcp server at {} ({e}); is it running? Start one with \
-                 scripts/serve or point --server (DURABLE_MCP_SERVER) at it",
-                args.server
-            ))
-        })?;
-        let stateless = service
-            .peer_info()
-            .is_some_and(|info| info.protocol_version == ProtocolVersion::V_2026_07_28);
+            .map_err(|e| connect_failure(&args.server, &e))?;
         Ok(Client {
             service,
             notes: tokio::sync::Mutex::new(notes),
             args,
             client_id,
-            stateless,
         })
+    }
+
+    /// Whether the server and client agreed on the stateless 2026-07-28 revision (no session,
+    /// nothing kept between requests).
+    fn stateless(&self) -> bool {
+        self.service
+            .peer_info()
+            .is_some_and(|info| info.protocol_version == ProtocolVersion::V_2026_07_28)
     }
 
     /// The server's tool `name`; `what` names it for the user if the server has none.
@@ -353,6 +341,21 @@ impl Client {
         });
         Ok(())
     }
+}
+
+/// What the user is told when the client cannot start talking to `server`.
+fn connect_failure(server: &str, e: &impl std::fmt::Display) -> Failure {
+    let text = e.to_string();
+    if text.contains("authorization required") || text.contains("Auth required") {
+        return Failure::Refused(format!(
+            "the durable-mcp server at {server} refused the request ({e}): it requires an OAuth \
+             bearer token; pass a valid one with --token (DURABLE_MCP_TOKEN)"
+        ));
+    }
+    Failure::Unreachable(format!(
+        "cannot reach the durable-mcp server at {server} ({e}); is it running? Start one with \
+         scripts/serve or point --server (DURABLE_MCP_SERVER) at it"
+    ))
 }
 
 /// The text content of a tool result: a tool error's message.
