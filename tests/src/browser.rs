@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
+use fantoccini::wd::WindowHandle;
 use fantoccini::{Client, ClientBuilder, Locator};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -217,6 +218,57 @@ impl Browser {
             element.select_by_value(value).await.ok()
         })
         .await
+    }
+
+    /// The window (tab) the browser drives now.
+    pub async fn window(&self) -> WindowHandle {
+        within(UI_TIMEOUT, "the current window", self.client.window())
+            .await
+            .expect("current window")
+    }
+
+    /// Waits for a window other than `known` (one the page opened) and drives it from now on.
+    pub async fn switch_to_new_window(&self, known: &WindowHandle) -> WindowHandle {
+        let opened = self
+            .wait_for("a new window", || async {
+                let windows = self.client.windows().await.ok()?;
+                windows.into_iter().find(|window| window != known)
+            })
+            .await;
+        self.switch_to(opened.clone()).await;
+        opened
+    }
+
+    /// Opens an empty tab and drives it from now on.
+    pub async fn new_tab(&self) -> WindowHandle {
+        let tab = within(UI_TIMEOUT, "a new tab", self.client.new_window(true))
+            .await
+            .expect("new tab")
+            .handle;
+        self.switch_to(tab.clone()).await;
+        tab
+    }
+
+    /// Drives `window` from now on.
+    pub async fn switch_to(&self, window: WindowHandle) {
+        within(
+            UI_TIMEOUT,
+            "switching windows",
+            self.client.switch_to_window(window),
+        )
+        .await
+        .expect("switch window")
+    }
+
+    /// Resizes the browser window.
+    pub async fn resize(&self, width: u32, height: u32) {
+        within(
+            UI_TIMEOUT,
+            "resizing the window",
+            self.client.set_window_size(width, height),
+        )
+        .await
+        .expect("resize")
     }
 
     /// Saves a screenshot as `target/screenshots/<name>.png` (a test artifact).

@@ -295,6 +295,20 @@ impl Server {
         format!("http://{}/mcp", self.addr)
     }
 
+    /// A scrape of the server's `/metrics`.
+    pub async fn metrics(&self) -> Metrics {
+        let url = format!("http://{}/metrics", self.addr);
+        let response = within(IO_TIMEOUT, "/metrics", reqwest::get(url))
+            .await
+            .expect("/metrics");
+        assert_eq!(response.status(), 200);
+        Metrics(
+            within(IO_TIMEOUT, "/metrics body", response.text())
+                .await
+                .expect("/metrics body"),
+        )
+    }
+
     /// Kills the process with SIGKILL: no shutdown code runs.
     pub async fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -341,6 +355,22 @@ impl Server {
     /// Whether the process is running (not killed or stopped by the test).
     pub fn is_running(&self) -> bool {
         self.child.is_some()
+    }
+}
+
+/// What one scrape of `/metrics` said.
+pub struct Metrics(String);
+
+impl Metrics {
+    /// The value of `series` (its name with any labels or suffix, as printed), if present.
+    pub fn get(&self, series: &str) -> Option<f64> {
+        self.0
+            .lines()
+            .filter(|line| !line.starts_with('#'))
+            .find_map(|line| {
+                let (name, value) = line.rsplit_once(' ')?;
+                (name == series).then(|| value.parse().expect("a metric's value"))
+            })
     }
 }
 

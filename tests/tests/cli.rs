@@ -361,21 +361,6 @@ async fn an_interrupted_process_run_continues_from_its_checkpoint_when_run_again
     client.close().await;
 }
 
-/// MCP sessions the server knows of now, from its `/metrics`.
-async fn sessions_known(server: &Server) -> f64 {
-    let url = format!("http://{}/metrics", server.addr);
-    let text = within(IO_TIMEOUT, "/metrics", async {
-        reqwest::get(url).await?.text().await
-    })
-    .await
-    .unwrap();
-    text.lines()
-        .find_map(|line| line.strip_prefix("durable_sessions "))
-        .expect("durable_sessions in /metrics")
-        .parse()
-        .unwrap()
-}
-
 /// With no flag the client speaks the stateless 2026-07-28 revision to this server (it makes
 /// no session) and follows a task by `subscriptions/listen`, opened again after a server kill.
 #[tokio::test]
@@ -439,7 +424,12 @@ async fn watch_survives_a_server_kill(protocol: &[&str], makes_sessions: bool) {
         seen.windows(2).all(|w| w[1] - w[0] <= 1),
         "steps the watch was not told of: {seen:?}"
     );
-    assert_eq!(sessions_known(&server).await > 0.0, makes_sessions);
+    let sessions = server
+        .metrics()
+        .await
+        .get(durable_mcp_server::telemetry::SESSIONS)
+        .expect("the sessions gauge");
+    assert_eq!(sessions > 0.0, makes_sessions);
     server.kill9().await;
     server.restart().await;
     let status = wait_exit(&mut watcher, Duration::from_secs(90)).await;

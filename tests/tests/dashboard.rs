@@ -30,6 +30,16 @@ async fn server(extra: &[&str]) -> (tempfile::TempDir, Server) {
     (dir, server)
 }
 
+/// A browser showing `server`'s dashboard, connected.
+async fn open(server: &Server) -> Browser {
+    let browser = Browser::start().await;
+    browser.goto(&format!("http://{}/", server.addr)).await;
+    browser
+        .wait_text("[data-test=conn]", |t| t == "connected")
+        .await;
+    browser
+}
+
 /// Rows currently shown, as (task id, status).
 async fn rows(browser: &Browser) -> Vec<(String, String)> {
     within(UI_TIMEOUT, "the task rows", async {
@@ -552,11 +562,7 @@ async fn the_dashboard_signs_in_with_a_bearer_token_and_out_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_answers_a_tasks_questions_with_forms() {
     let (_dir, server) = server(&["--time-scale", "0.01"]).await;
-    let browser = Browser::start().await;
-    browser.goto(&format!("http://{}/", server.addr)).await;
-    browser
-        .wait_text("[data-test=conn]", |t| t == "connected")
-        .await;
+    let browser = open(&server).await;
     let fields = [
         ("destination", "Lisbon"),
         ("start_date", "2027-05-14"),
@@ -619,29 +625,19 @@ async fn the_dashboard_answers_a_tasks_questions_with_forms() {
 /// with it, while the first page runs), each start their own, and a reload keeps it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_tab_and_a_duplicated_tab_keep_their_own_session() {
-    let dir = tempfile::tempdir().unwrap();
-    let dist = dist();
-    let server = Server::start(dir.path(), &["--dashboard-dir", &dist]).await;
-    let browser = Browser::start().await;
-    let url = format!("http://{}/", server.addr);
+    let (_dir, server) = server(&[]).await;
+    let browser = open(&server).await;
     let connected = async || {
         browser
             .wait_text("[data-test=conn]", |t| t == "connected")
             .await;
         local_storage(&browser).await
     };
-    browser.goto(&url).await;
     let (client_id, first) = connected().await;
-    let first_window = browser.client.window().await.unwrap();
+    let first_window = browser.window().await;
 
     browser.js("window.open(location.href); return null;").await;
-    let copy_window = browser
-        .wait_for("the copied tab", || async {
-            let windows = browser.client.windows().await.unwrap_or_default();
-            windows.into_iter().find(|w| *w != first_window)
-        })
-        .await;
-    browser.client.switch_to_window(copy_window).await.unwrap();
+    browser.switch_to_new_window(&first_window).await;
     let (copy_client, copy) = connected().await;
     assert_eq!(copy_client, client_id, "one browser, one client id");
     assert_ne!(copy, first, "the copy has a session of its own");
@@ -652,16 +648,15 @@ async fn each_tab_and_a_duplicated_tab_keep_their_own_session() {
         "a reload keeps the copy's session"
     );
 
-    let other = browser.client.new_window(true).await.unwrap();
-    browser.client.switch_to_window(other.handle).await.unwrap();
-    browser.goto(&url).await;
+    browser.new_tab().await;
+    browser.goto(&format!("http://{}/", server.addr)).await;
     let (_, second) = connected().await;
     assert!(
         second != first && second != copy,
         "a new tab starts its own"
     );
 
-    browser.client.switch_to_window(first_window).await.unwrap();
+    browser.switch_to(first_window).await;
     browser.refresh().await;
     assert_eq!(connected().await.1, first, "the first tab kept its session");
     browser.close().await;
@@ -671,18 +666,8 @@ async fn each_tab_and_a_duplicated_tab_keep_their_own_session() {
 /// shows its error, apart from the connection's state, until it is dismissed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn row_actions_wait_for_their_answer_and_their_errors_can_be_dismissed() {
-    let dir = tempfile::tempdir().unwrap();
-    let dist = dist();
-    let mut server = Server::start(
-        dir.path(),
-        &["--dashboard-dir", &dist, "--time-scale", "0.02"],
-    )
-    .await;
-    let browser = Browser::start().await;
-    browser.goto(&format!("http://{}/", server.addr)).await;
-    browser
-        .wait_text("[data-test=conn]", |t| t == "connected")
-        .await;
+    let (_dir, mut server) = server(&["--time-scale", "0.02"]).await;
+    let browser = open(&server).await;
     let task = start(
         &browser,
         "start_batch_processing",
@@ -709,15 +694,10 @@ async fn row_actions_wait_for_their_answer_and_their_errors_can_be_dismissed() {
         .await;
     wait_status(&browser, &task, "paused").await;
     browser
-        .wait_for("the resume button", || async {
-            browser
-                .client
-                .find(Locator::Css(&format!(
-                    "tr[data-task-id='{task}'] [data-test=resume]"
-                )))
-                .await
-                .ok()
-        })
+        .wait_text(
+            &format!("tr[data-task-id='{task}'] [data-test=resume]"),
+            |t| t == "Resume",
+        )
         .await;
     assert_eq!(browser.js("return window.pauses;").await, 1, "one call");
 
@@ -749,18 +729,16 @@ async fn row_actions_wait_for_their_answer_and_their_errors_can_be_dismissed() {
 /// phone's 390 px.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_tasks_actions_fit_on_desktop_and_phone_screens() {
-    let dir = tempfile::tempdir().unwrap();
-    let dist = dist();
-    let server = Server::start(
-        dir.path(),
-        &["--dashboard-dir", &dist, "--time-scale", "0.02"],
+    let (_dir, server) = server(&["--time-scale", "0.02"]).await;
+    let browser = open(&server).await;
+    // Rows of other kinds widen the kind and parameter columns, as a real list has them.
+    start(&browser, "start_data_migration", &[("record_count", "500")]).await;
+    start(
+        &browser,
+        "start_batch_processing",
+        &[("batch_size", "10"), ("total_items", "100")],
     )
     .await;
-    let browser = Browser::start().await;
-    browser.goto(&format!("http://{}/", server.addr)).await;
-    browser
-        .wait_text("[data-test=conn]", |t| t == "connected")
-        .await;
     let task = start(
         &browser,
         "start_ml_training",
@@ -773,8 +751,13 @@ async fn a_running_tasks_actions_fit_on_desktop_and_phone_screens() {
     )
     .await;
     wait_status(&browser, &task, "running").await;
+    browser
+        .wait_text(&format!("tr[data-task-id='{task}'] .message"), |t| {
+            t.starts_with("Epoch")
+        })
+        .await;
     for (width, name) in [(1280, "dashboard-desktop"), (390, "dashboard-phone")] {
-        browser.client.set_window_size(width, 900).await.unwrap();
+        browser.resize(width, 900).await;
         let sizes = browser
             .wait_for(&format!("the page at {width} px"), || async {
                 let sizes = browser

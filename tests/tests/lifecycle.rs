@@ -380,23 +380,6 @@ async fn metrics_count_steps_tasks_events_and_sessions() {
 
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path(), &["--time-scale", "0"]).await;
-    let scrape = async || {
-        let url = format!("http://{}/metrics", server.addr);
-        let response = within(Duration::from_secs(10), "/metrics", reqwest::get(url))
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
-        let text = response.text().await.unwrap();
-        // `name{labels} value` lines; comments and other series skipped.
-        move |series: &str| -> Option<f64> {
-            text.lines()
-                .filter(|line| !line.starts_with('#'))
-                .find_map(|line| {
-                    let (name, value) = line.rsplit_once(' ')?;
-                    (name == series).then(|| value.parse().unwrap())
-                })
-        }
-    };
     let session = RawSession::open(&server.mcp_url(), "2025-11-25").await;
     let mut stream = Sse::new(session.get(None).await);
     let priming = stream.next(durable_tests::IO_TIMEOUT).await.unwrap();
@@ -416,7 +399,8 @@ async fn metrics_count_steps_tasks_events_and_sessions() {
             .await;
     }
 
-    let metric = scrape().await;
+    let scraped = server.metrics().await;
+    let metric = |series: &str| scraped.get(series);
     let series = |name: &str, labels: &str| format!("{name}{labels}");
     assert_eq!(
         metric(&series(telemetry::TASKS, "{status=\"completed\"}")),
@@ -450,7 +434,11 @@ async fn metrics_count_steps_tasks_events_and_sessions() {
     let mut resumed = Sse::new(session.get(priming.id.as_deref()).await);
     let first = resumed.next(durable_tests::IO_TIMEOUT).await.unwrap();
     assert!(!first.is_priming(), "{first:?}");
-    let replayed = scrape().await(telemetry::EVENTS_REPLAYED).expect("events replayed");
+    let replayed = server
+        .metrics()
+        .await
+        .get(telemetry::EVENTS_REPLAYED)
+        .expect("events replayed");
     assert!(replayed >= 1.0, "{replayed}");
     client.close().await;
 }

@@ -194,17 +194,11 @@ async fn a_restored_session_hears_what_its_tasks_did_while_nothing_served_it() {
     assert_eq!(done.status, TaskStatus::Completed);
     client.close().await;
 
+    // Without the catching up this waits in vain: no stored event says the task completed.
     let mut resumed = Sse::new(session.get(Some(&last_id)).await);
-    let events = resumed
+    resumed
         .until(IO_TIMEOUT, |message| {
             update(message) && message["params"]["_meta"][TASK_META_KEY]["status"] == "completed"
         })
         .await;
-    let last: TaskInfo = serde_json::from_value(
-        durable_tests::raw::EventExt::json(events.last().unwrap())["params"]["_meta"]
-            [TASK_META_KEY]
-            .clone(),
-    )
-    .unwrap();
-    assert_eq!(last.progress, 30, "{last:?}");
 }
