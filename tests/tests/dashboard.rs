@@ -197,11 +197,11 @@ async fn assert_steps(browser: &Browser, total: u64, complete_through: u64) {
     );
 }
 
-async fn local_storage(browser: &Browser) -> (String, String) {
+/// The client id (browser-wide) and the session id (this tab's) the page keeps.
+async fn stored_ids(browser: &Browser) -> (String, String) {
     let state = browser
-        .js("const tab = sessionStorage.getItem('durable-mcp/tab-id'); \
-             return [localStorage.getItem('durable-mcp/client-id'), \
-                     localStorage.getItem('durable-mcp/tab/' + tab)];")
+        .js("return [localStorage.getItem('durable-mcp/client-id'), \
+                     sessionStorage.getItem('durable-mcp/session')];")
         .await;
     let client = state[0].as_str().unwrap_or_default().to_owned();
     let session: serde_json::Value =
@@ -224,7 +224,7 @@ async fn the_dashboard_runs_steers_and_survives_a_reload() {
     browser
         .wait_text("[data-test=conn]", |t| t == "connected")
         .await;
-    let (client_id, session) = local_storage(&browser).await;
+    let (client_id, session) = stored_ids(&browser).await;
     assert!(client_id.starts_with("web-"), "{client_id}");
     assert_eq!(browser.text("[data-test=client-id]").await, client_id);
 
@@ -297,7 +297,7 @@ async fn the_dashboard_runs_steers_and_survives_a_reload() {
         })
         .await;
     assert_eq!(
-        local_storage(&browser).await,
+        stored_ids(&browser).await,
         (client_id.clone(), session.clone())
     );
     wait_status(&browser, &long, "completed").await;
@@ -380,7 +380,7 @@ async fn the_dashboard_runs_steers_and_survives_a_reload() {
     browser
         .wait_text("[data-test=conn]", |t| t == "connected")
         .await;
-    let (second_client, second_session) = local_storage(&browser).await;
+    let (second_client, second_session) = stored_ids(&browser).await;
     assert_eq!(second_client, client_id, "tabs share the client id");
     assert_ne!(second_session, session, "each tab has its own session");
     let from_second = start(
@@ -631,7 +631,7 @@ async fn each_tab_and_a_duplicated_tab_keep_their_own_session() {
         browser
             .wait_text("[data-test=conn]", |t| t == "connected")
             .await;
-        local_storage(&browser).await
+        stored_ids(&browser).await
     };
     let (client_id, first) = connected().await;
     let first_window = browser.window().await;
@@ -657,8 +657,20 @@ async fn each_tab_and_a_duplicated_tab_keep_their_own_session() {
     );
 
     browser.switch_to(first_window).await;
+    // What an earlier version left behind for each tab it ever had is cleared on load.
+    browser
+        .js("localStorage.setItem('durable-mcp/tab/gone', '{}'); return null;")
+        .await;
     browser.refresh().await;
     assert_eq!(connected().await.1, first, "the first tab kept its session");
+    let kept = browser
+        .js("return Object.keys(localStorage).filter(k => k.startsWith('durable-mcp/')).sort();")
+        .await;
+    assert_eq!(
+        kept,
+        serde_json::json!(["durable-mcp/client-id"]),
+        "nothing per tab in the browser-wide storage"
+    );
     browser.close().await;
 }
 

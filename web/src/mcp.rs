@@ -2,9 +2,10 @@
 //! tasks and need `Send`, and `EventSource` cannot send `Mcp-Session-Id` or `Last-Event-ID`, so
 //! this one POSTs JSON-RPC with `fetch` and reads SSE from the response body stream.
 //!
-//! It is resumable: the client id (shared by the tabs of a browser) and, per tab, the session id,
-//! negotiated protocol version and last event id of the standalone stream live in
-//! `localStorage`, so a reload continues the same session and stream where it stopped.
+//! It is resumable: the client id (shared by the tabs of a browser) lives in `localStorage`;
+//! each tab's session id, negotiated protocol version and last event id of the standalone stream
+//! live in the tab's `sessionStorage`, so a reload continues the same session and stream where
+//! it stopped, and nothing of a closed tab stays behind.
 
 use std::cell::{Cell, RefCell};
 
@@ -21,9 +22,13 @@ const PROTOCOL_VERSION: &str = "2025-11-25";
 const CLIENT_ID_KEY: &str = "durable-mcp/client-id";
 /// The bearer token a signed-in user gave, for servers that require one (kept until sign-out).
 const TOKEN_KEY: &str = "durable-mcp/token";
-const TAB_ID_KEY: &str = "durable-mcp/tab-id";
-/// In the tab's storage while a page of the tab is open (see [`tab_id`]).
+/// The tab's MCP session ([`SessionInfo`]), in the tab's own storage: every tab has its own
+/// session and stream position, and they go when the tab closes.
+const SESSION_KEY: &str = "durable-mcp/session";
+/// In the tab's storage while a page of the tab is open (see [`tab_session`]).
 const TAB_OPEN_KEY: &str = "durable-mcp/tab-open";
+/// Where earlier versions kept each tab's session, in the browser-wide storage, never removed.
+const LEGACY_TAB_PREFIX: &str = "durable-mcp/tab/";
 
 /// Why a request failed.
 #[derive(Debug, Clone, PartialEq)]
@@ -166,21 +171,35 @@ async fn refusal(response: &Response) -> String {
         .unwrap_or_else(|| format!("HTTP {}", response.status()))
 }
 
-/// This tab's id: in the tab's own storage, so each tab has its own MCP session and stream.
+/// This tab's session, if it has one: a reload keeps it, a new tab has none.
 ///
 /// A tab made by "Duplicate tab" (or `window.open`) starts with a copy of its opener's storage,
-/// the id with it, while the opener still runs. The open mark the opener keeps there tells the
-/// copy what it is, and it takes an id (so a session and a stream position) of its own. A
-/// reload finds no mark: the page that left removed it.
-fn tab_id() -> String {
-    let storage = tab_storage();
-    if let Some(storage) = &storage {
-        if storage.get_item(TAB_OPEN_KEY).ok().flatten().is_some() {
-            let _ = storage.remove_item(TAB_ID_KEY);
-        }
-        keep_open_mark(storage);
+/// the session with it, while the opener still runs. The open mark the opener keeps there tells
+/// the copy what it is, and it drops the copy to start a session (and a stream position) of its
+/// own. A reload finds no mark: the page that left removed it.
+fn tab_session() -> Option<SessionInfo> {
+    remove_legacy_sessions();
+    let storage = tab_storage()?;
+    if storage.get_item(TAB_OPEN_KEY).ok().flatten().is_some() {
+        let _ = storage.remove_item(SESSION_KEY);
     }
-    stored_id(storage, TAB_ID_KEY, random_id)
+    keep_open_mark(&storage);
+    let json = storage.get_item(SESSION_KEY).ok().flatten()?;
+    serde_json::from_str(&json).ok()
+}
+
+/// Removes the per-tab sessions earlier versions left in the browser-wide storage.
+fn remove_legacy_sessions() {
+    let Some(storage) = local_storage() else {
+        return;
+    };
+    let keys: Vec<String> = (0..storage.length().unwrap_or(0))
+        .filter_map(|i| storage.key(i).ok().flatten())
+        .filter(|key| key.starts_with(LEGACY_TAB_PREFIX))
+        .collect();
+    for key in keys {
+        let _ = storage.remove_item(&key);
+    }
 }
 
 /// Sets the open mark now and whenever the page is shown again (from the back-forward cache),
@@ -273,22 +292,16 @@ impl Drop for SseReader {
 pub struct Mcp {
     endpoint: String,
     client_id: String,
-    storage_key: String,
     session: RefCell<Option<SessionInfo>>,
     next_id: Cell<u64>,
 }
 
 impl Mcp {
     pub fn new(endpoint: &str) -> Mcp {
-        let storage_key = format!("durable-mcp/tab/{}", tab_id());
-        let session = local_storage()
-            .and_then(|s| s.get_item(&storage_key).ok().flatten())
-            .and_then(|json| serde_json::from_str(&json).ok());
         Mcp {
             endpoint: endpoint.to_owned(),
             client_id: client_id(),
-            storage_key,
-            session: RefCell::new(session),
+            session: RefCell::new(tab_session()),
             next_id: Cell::new(1),
         }
     }
@@ -302,18 +315,18 @@ impl Mcp {
     }
 
     fn save(&self) {
-        let Some(storage) = local_storage() else {
+        let Some(storage) = tab_storage() else {
             return;
         };
         match &*self.session.borrow() {
             Some(info) => {
                 let _ = storage.set_item(
-                    &self.storage_key,
+                    SESSION_KEY,
                     &serde_json::to_string(info).unwrap_or_default(),
                 );
             }
             None => {
-                let _ = storage.remove_item(&self.storage_key);
+                let _ = storage.remove_item(SESSION_KEY);
             }
         }
     }
