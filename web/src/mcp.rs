@@ -92,30 +92,20 @@ fn random_id() -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
-/// The id stored under `key`, created (and stored, if storage is available) the first time.
-fn stored_id(
-    storage: Option<web_sys::Storage>,
-    key: &str,
-    create: impl FnOnce() -> String,
-) -> String {
+/// This browser's client id, created (and stored, if storage is available) the first time.
+pub fn client_id() -> String {
+    let storage = local_storage();
     if let Some(id) = storage
         .as_ref()
-        .and_then(|s| s.get_item(key).ok().flatten())
+        .and_then(|s| s.get_item(CLIENT_ID_KEY).ok().flatten())
     {
         return id;
     }
-    let id = create();
+    let id = format!("web-{}", random_id());
     if let Some(storage) = storage {
-        let _ = storage.set_item(key, &id);
+        let _ = storage.set_item(CLIENT_ID_KEY, &id);
     }
     id
-}
-
-/// This browser's client id, created once.
-pub fn client_id() -> String {
-    stored_id(local_storage(), CLIENT_ID_KEY, || {
-        format!("web-{}", random_id())
-    })
 }
 
 /// The bearer token the user signed in with, if any.
@@ -178,7 +168,6 @@ async fn refusal(response: &Response) -> String {
 /// the copy what it is, and it drops the copy to start a session (and a stream position) of its
 /// own. A reload finds no mark: the page that left removed it.
 fn tab_session() -> Option<SessionInfo> {
-    remove_legacy_sessions();
     let storage = tab_storage()?;
     if storage.get_item(TAB_OPEN_KEY).ok().flatten().is_some() {
         let _ = storage.remove_item(SESSION_KEY);
@@ -298,6 +287,7 @@ pub struct Mcp {
 
 impl Mcp {
     pub fn new(endpoint: &str) -> Mcp {
+        remove_legacy_sessions();
         Mcp {
             endpoint: endpoint.to_owned(),
             client_id: client_id(),
