@@ -379,7 +379,11 @@ async fn closing_the_stream_of_a_plain_call_cancels_it() {
         .to_owned();
     drop(stream);
 
-    let paused = read_until(&client, &task_id, |status| status["status"] != "running").await;
+    // The first progress ("queued") can come before the worker starts: wait past pending too.
+    let paused = read_until(&client, &task_id, |status| {
+        !matches!(status["status"].as_str(), Some("pending" | "running"))
+    })
+    .await;
     assert_eq!(paused["status"], "paused", "{paused}");
     // The same call again resumes the job from its checkpoint.
     let response = client.post_with(&call, &[]).await;
