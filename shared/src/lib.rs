@@ -16,8 +16,8 @@ mod task;
 pub use event_id::{EventId, MalformedEventId};
 pub use status::{Steer, TaskStatus, UnknownStatus};
 pub use task::{
-    CLIENT_ID_HEADER, CheckpointStats, Question, ServerStats, TASK_LIST_META_KEY, TASK_META_KEY,
-    TaskInfo, TaskList, list_uri, status_uri,
+    CLIENT_ID_HEADER, CheckpointStats, LIST_AFTER_PARAM, Question, ServerStats, TASK_LIST_META_KEY,
+    TASK_META_KEY, TaskInfo, TaskList, list_page_uri, list_uri, status_uri,
 };
 
 /// The schema crate the kinds' parameter types derive `JsonSchema` with (re-exported so that a

@@ -34,6 +34,20 @@ pub fn list_uri(status: Option<TaskStatus>) -> String {
     }
 }
 
+/// The query parameter of a list resource that reads the page after a task.
+pub const LIST_AFTER_PARAM: &str = "after";
+
+/// The URI of the page of list `status` that follows `last`, the last task of a page: the tasks
+/// created before it (and those created in the same millisecond with a greater id).
+pub fn list_page_uri(status: Option<TaskStatus>, last: &TaskInfo) -> String {
+    format!(
+        "{}?{LIST_AFTER_PARAM}={}.{}",
+        list_uri(status),
+        last.created_at.timestamp_millis(),
+        last.task_id
+    )
+}
+
 /// One task as clients see it. The field names up to `completed_at` are those of the reference
 /// servers, so their clients can read it unchanged.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -100,9 +114,13 @@ impl TaskInfo {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskList {
     pub tasks: Vec<TaskInfo>,
+    /// How many tasks this page holds (the reference servers' field).
     pub total: usize,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub status_filter: Option<TaskStatus>,
+    /// The URI of the next page ([`list_page_uri`]), when more tasks follow this page's.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub next_page: Option<String>,
 }
 
 /// Counts of tasks per status, as returned by `get_server_stats`.

@@ -162,13 +162,26 @@ impl Browser {
         .await
     }
 
-    /// Waits until the text of `css` satisfies `check`.
+    /// Waits until the text of `css` satisfies `check`; a timeout says what the text was.
     pub async fn wait_text(&self, css: &str, check: impl Fn(&str) -> bool) -> String {
-        self.wait_for(&format!("text of {css}"), || async {
-            let text = self.text(css).await;
-            check(&text).then_some(text)
+        let last = std::cell::RefCell::new(String::new());
+        let waited = tokio::time::timeout(UI_TIMEOUT, async {
+            loop {
+                let text = self.text(css).await;
+                if check(&text) {
+                    return text;
+                }
+                *last.borrow_mut() = text;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         })
-        .await
+        .await;
+        waited.unwrap_or_else(|_| {
+            panic!(
+                "timed out after {UI_TIMEOUT:?} waiting for the text of {css}; it was {:?}",
+                last.borrow()
+            )
+        })
     }
 
     /// Runs JavaScript and returns its value.

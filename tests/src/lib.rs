@@ -6,6 +6,7 @@
 
 pub mod auth;
 pub mod browser;
+pub mod dashboard;
 pub mod fleet;
 pub mod proxy;
 pub mod raw;

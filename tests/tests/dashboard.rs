@@ -3,32 +3,14 @@
 //! and a SIGKILLed server. Screenshots of the main views go to `target/screenshots/`.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 
 use durable_shared::EventId;
 use durable_tests::browser::{Browser, UI_TIMEOUT};
+use durable_tests::dashboard::{dist, finished_tasks, server, watch_rows};
 use durable_tests::proxy::Proxy;
 use durable_tests::within;
 use durable_tests::{Client, Server, wait_progress};
 use fantoccini::Locator;
-
-fn dist() -> String {
-    let dist = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../web/dist"));
-    assert!(
-        dist.join("index.html").is_file(),
-        "the dashboard is not built; run scripts/build-dashboard (scripts/test does)"
-    );
-    dist.display().to_string()
-}
-
-async fn server(extra: &[&str]) -> (tempfile::TempDir, Server) {
-    let dir = tempfile::tempdir().unwrap();
-    let dist = dist();
-    let mut args = vec!["--dashboard-dir", dist.as_str()];
-    args.extend_from_slice(extra);
-    let server = Server::start(dir.path(), &args).await;
-    (dir, server)
-}
 
 /// A browser showing `server`'s dashboard, connected.
 async fn open(server: &Server) -> Browser {
@@ -800,5 +782,105 @@ async fn a_running_tasks_actions_fit_on_desktop_and_phone_screens() {
              Cancel ends at {cancel}"
         );
     }
+    browser.close().await;
+}
+
+/// With 2,000 tasks the page reads every one (the list's four pages), shows them 50 at a time
+/// with search and filters, and an event of one task changes the DOM of that task's row only:
+/// every other row, and the table's body, stay untouched. A reload keeps the session and the
+/// whole list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_of_two_thousand_tasks_changing_touches_only_its_own_row() {
+    const TASKS: usize = 2_000;
+    let (_dir, server) = server(&[]).await;
+    let client = Client::connect(&server.mcp_url(), Some("loader")).await;
+    finished_tasks(&client, TASKS - 1).await;
+    // The newest task, so on the first page; a step every 200 ms while it is watched.
+    let watched = client
+        .call_ok(
+            "start_batch_processing",
+            serde_json::json!({"batch_size": 1, "total_items": 1000, "processing_delay": 0.2}),
+        )
+        .await["task_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let browser = open(&server).await;
+    let first_page = "1–50 of 2000";
+    browser
+        .wait_text("[data-test=page-info]", |t| t == first_page)
+        .await;
+    let shown = rows(&browser).await;
+    assert_eq!(shown.len(), 50);
+    assert_eq!(shown[0], (watched.clone(), "running".to_owned()));
+    let (_, session) = stored_ids(&browser).await;
+
+    watch_rows(&browser).await;
+    let renders_before = browser
+        .js("return window.wasmBindings.row_renders();")
+        .await;
+    browser
+        .wait_for("a few steps of the watched task in its row", || async {
+            let touched = browser
+                .js(&format!("return window.touched['{watched}'] || 0;"))
+                .await;
+            (touched.as_u64() >= Some(5)).then_some(())
+        })
+        .await;
+    let touched = browser
+        .js("return [Object.keys(window.touched), window.outside];")
+        .await;
+    assert_eq!(
+        touched,
+        serde_json::json!([[watched], 0]),
+        "only the watched task's row changed"
+    );
+    let renders = browser
+        .js("return window.wasmBindings.row_renders();")
+        .await;
+    let rendered: Vec<&String> = renders
+        .as_object()
+        .expect("renders by task id")
+        .iter()
+        .filter(|(id, count)| renders_before[id.as_str()] != **count)
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(rendered, [&watched], "only the watched task's row rendered");
+
+    // Search and filters look through every task, not a page.
+    browser.fill("[data-test=search]", &watched[..13]).await;
+    browser
+        .wait_text("[data-test=page-info]", |t| t == "1–1 of 1")
+        .await;
+    assert_eq!(rows(&browser).await[0].0, watched);
+    browser.fill("[data-test=search]", "").await;
+    browser.select("[data-test=status-filter]", "running").await;
+    browser
+        .wait_text("[data-test=page-info]", |t| t == "1–1 of 1")
+        .await;
+    browser.select("[data-test=status-filter]", "").await;
+    browser
+        .wait_text("[data-test=page-info]", |t| t == first_page)
+        .await;
+    browser.click("[data-test=next-page]").await;
+    browser
+        .wait_text("[data-test=page-info]", |t| t == "51–100 of 2000")
+        .await;
+    let second = rows(&browser).await;
+    assert_eq!(second.len(), 50);
+    assert!(
+        second
+            .iter()
+            .all(|(id, status)| *id != watched && status == "completed"),
+        "{second:?}"
+    );
+
+    browser.refresh().await;
+    browser
+        .wait_text("[data-test=page-info]", |t| t == first_page)
+        .await;
+    assert_eq!(stored_ids(&browser).await.1, session, "the session is kept");
+    browser.screenshot("dashboard-2000-tasks").await;
+    client.close().await;
     browser.close().await;
 }

@@ -1,6 +1,12 @@
 //! The dashboard's state: tasks as the server last described them, the event timeline of each
 //! task (persisted per tab, so a reload continues it), and the connection state.
+//!
+//! Fine-grained, so that the cost of an event does not grow with the number of tasks: each task
+//! lives in a signal of its own, which only its row (and the detail panel, while it is
+//! selected) reads; the map of those signals changes only when a task appears or goes, and the
+//! counts per status are kept as tasks change instead of being counted again.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 
 use durable_shared::form::FormField;
@@ -12,6 +18,9 @@ use crate::mcp::tab_storage;
 
 /// Timeline entries kept per task.
 const TIMELINE_LIMIT: usize = 200;
+/// How long after a timeline change they are saved: a burst of events is written once, not
+/// once per event (the page saves at once when it goes, too).
+const SAVE_DELAY_MS: u64 = 500;
 /// Where the timelines are kept: in `sessionStorage`, so each tab keeps its own (they follow
 /// its own session's events) through reloads, and they go with the tab.
 const TIMELINE_KEY: &str = "durable-mcp/timelines";
@@ -85,7 +94,13 @@ pub struct ActionError {
 #[derive(Clone, Copy)]
 pub struct Dashboard {
     pub conn: RwSignal<Conn>,
-    pub tasks: RwSignal<BTreeMap<String, TaskInfo>>,
+    /// Every task shown, each in its own signal (see the module's comment).
+    pub tasks: RwSignal<HashMap<String, RwSignal<TaskInfo>>>,
+    /// How many tasks have each status.
+    pub counts: RwSignal<BTreeMap<TaskStatus, usize>>,
+    /// Changes whenever some task's status does: what filters by status follows it, rather than
+    /// every task's signal.
+    pub status_changes: RwSignal<u64>,
     pub timelines: RwSignal<HashMap<String, Vec<TimelineEntry>>>,
     pub selected: RwSignal<Option<String>>,
     /// The start forms, read from the server's `tools/list`.
@@ -108,9 +123,11 @@ impl Dashboard {
             .and_then(|s| s.get_item(TIMELINE_KEY).ok().flatten())
             .and_then(|json| serde_json::from_str(&json).ok())
             .unwrap_or_default();
-        Dashboard {
+        let dash = Dashboard {
             conn: RwSignal::new(Conn::Connecting),
-            tasks: RwSignal::new(BTreeMap::new()),
+            tasks: RwSignal::new(HashMap::new()),
+            counts: RwSignal::new(BTreeMap::new()),
+            status_changes: RwSignal::new(0),
             timelines: RwSignal::new(saved),
             selected: RwSignal::new(None),
             kinds: RwSignal::new(Vec::new()),
@@ -118,7 +135,20 @@ impl Dashboard {
             errors: RwSignal::new(Vec::new()),
             sign_in: RwSignal::new(None),
             signed_in: RwSignal::new(crate::mcp::token().is_some()),
-        }
+        };
+        // A save still waiting when the page goes (reload, navigation, closed tab) is made now.
+        let save_now = wasm_bindgen::closure::Closure::<dyn Fn()>::new(move || {
+            if SAVE_PENDING.get() {
+                dash.save_timelines();
+            }
+        });
+        let _ = window().add_event_listener_with_callback(
+            "pagehide",
+            wasm_bindgen::JsCast::unchecked_ref(save_now.as_ref()),
+        );
+        // Listens for the page's whole life.
+        save_now.forget();
+        dash
     }
 
     /// Shows the error of an action the user took, until they dismiss it.
@@ -138,10 +168,36 @@ impl Dashboard {
     /// Replaces every task with a fresh read of the whole list; timelines of tasks no longer
     /// there are dropped.
     pub fn replace_tasks(&self, list: Vec<TaskInfo>) {
+        let mut fresh: HashMap<String, TaskInfo> =
+            list.into_iter().map(|t| (t.task_id.clone(), t)).collect();
+        let mut gone = Vec::new();
         self.tasks.update(|tasks| {
-            tasks.clear();
-            tasks.extend(list.into_iter().map(|t| (t.task_id.clone(), t)));
+            tasks.retain(|id, signal| match fresh.remove(id) {
+                Some(task) => {
+                    if signal.with_untracked(|known| *known != task) {
+                        signal.set(task);
+                    }
+                    true
+                }
+                None => {
+                    gone.push(*signal);
+                    false
+                }
+            });
+            tasks.extend(
+                fresh
+                    .into_iter()
+                    .map(|(id, task)| (id, RwSignal::new(task))),
+            );
         });
+        // Disposed once the rows that read them are gone: the views update after this turn.
+        if !gone.is_empty() {
+            set_timeout(
+                move || gone.into_iter().for_each(|signal| signal.dispose()),
+                std::time::Duration::ZERO,
+            );
+        }
+        self.recount();
         let pruned = self.tasks.with_untracked(|tasks| {
             let mut pruned = false;
             self.timelines.update(|timelines| {
@@ -152,20 +208,72 @@ impl Dashboard {
             pruned
         });
         if pruned {
-            self.save_timelines();
+            self.schedule_save();
         }
     }
 
-    /// Takes a task snapshot unless a newer one is already shown.
-    pub fn upsert(&self, task: TaskInfo) {
-        self.tasks.update(|tasks| {
-            let newer = tasks
-                .get(&task.task_id)
-                .is_some_and(|known| (known.updated_at, known.step) > (task.updated_at, task.step));
-            if !newer {
-                tasks.insert(task.task_id.clone(), task);
+    /// Counts the tasks per status again, from scratch.
+    fn recount(&self) {
+        let counts = self.tasks.with_untracked(|tasks| {
+            let mut counts = BTreeMap::new();
+            for task in tasks.values() {
+                *counts.entry(task.with_untracked(|t| t.status)).or_default() += 1;
             }
+            counts
         });
+        self.counts.set(counts);
+        self.status_changes.update(|n| *n += 1);
+    }
+
+    /// Moves one task from status `from` (none: a new task) to status `to` in the counts.
+    fn count_move(&self, from: Option<TaskStatus>, to: TaskStatus) {
+        if from == Some(to) {
+            return;
+        }
+        self.counts.update(|counts| {
+            if let Some(from) = from
+                && let Some(count) = counts.get_mut(&from)
+            {
+                *count = count.saturating_sub(1);
+            }
+            *counts.entry(to).or_default() += 1;
+        });
+        self.status_changes.update(|n| *n += 1);
+    }
+
+    /// The task `id`'s signal, if it is shown (not tracked: a row follows its own signal).
+    pub fn task(&self, id: &str) -> Option<RwSignal<TaskInfo>> {
+        self.tasks.with_untracked(|tasks| tasks.get(id).copied())
+    }
+
+    /// Takes a task snapshot unless a newer one is already shown. Only the task's own signal
+    /// changes, unless the task is new.
+    pub fn upsert(&self, task: TaskInfo) {
+        match self.task(&task.task_id) {
+            Some(signal) => {
+                let known = signal.with_untracked(|known| {
+                    ((known.updated_at, known.step) <= (task.updated_at, task.step)
+                        && *known != task)
+                        .then_some(known.status)
+                });
+                if let Some(was) = known {
+                    let status = task.status;
+                    signal.set(task);
+                    self.count_move(Some(was), status);
+                }
+            }
+            None => {
+                self.count_move(None, task.status);
+                self.tasks.update(|tasks| {
+                    tasks.insert(task.task_id.clone(), RwSignal::new(task));
+                });
+            }
+        }
+    }
+
+    /// Forgets every task (signing out: the tasks were the signed-in subject's).
+    pub fn clear_tasks(&self) {
+        self.replace_tasks(Vec::new());
     }
 
     /// Applies a change received as event `event_id`: updates the task and appends it to the
@@ -186,9 +294,9 @@ impl Dashboard {
 
     /// Adds a milestone (a log line about a task) received as event `event_id` to its timeline.
     pub fn apply_milestone(&self, event_id: &str, task_id: &str, status: TaskStatus, text: &str) {
-        let (progress, total) = self
-            .tasks
-            .with_untracked(|tasks| tasks.get(task_id).map_or((0, 0), |t| (t.progress, t.total)));
+        let (progress, total) = self.task(task_id).map_or((0, 0), |task| {
+            task.with_untracked(|t| (t.progress, t.total))
+        });
         let entry = TimelineEntry {
             event_id: event_id.to_owned(),
             at: clock(
@@ -217,10 +325,23 @@ impl Dashboard {
                 timeline.remove(0);
             }
         });
-        self.save_timelines();
+        self.schedule_save();
+    }
+
+    /// Saves the timelines soon, once for all the changes made until then.
+    fn schedule_save(&self) {
+        if SAVE_PENDING.replace(true) {
+            return;
+        }
+        let dash = *self;
+        set_timeout(
+            move || dash.save_timelines(),
+            std::time::Duration::from_millis(SAVE_DELAY_MS),
+        );
     }
 
     fn save_timelines(&self) {
+        SAVE_PENDING.set(false);
         let json = self
             .timelines
             .with_untracked(|timelines| serde_json::to_string(timelines).unwrap_or_default());
@@ -229,18 +350,14 @@ impl Dashboard {
         }
     }
 
-    /// Tasks per status.
-    pub fn counts(&self) -> Vec<(TaskStatus, usize)> {
-        self.tasks.with(|tasks| {
-            TaskStatus::ALL
-                .into_iter()
-                .map(|status| {
-                    (
-                        status,
-                        tasks.values().filter(|t| t.status == status).count(),
-                    )
-                })
-                .collect()
-        })
+    /// How many tasks have `status`.
+    pub fn count(&self, status: TaskStatus) -> usize {
+        self.counts
+            .with(|counts| counts.get(&status).copied().unwrap_or(0))
     }
+}
+
+thread_local! {
+    /// Whether a save of the timelines is scheduled (the page has one dashboard).
+    static SAVE_PENDING: Cell<bool> = const { Cell::new(false) };
 }

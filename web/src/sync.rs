@@ -71,7 +71,7 @@ async fn read_kinds(mcp: &Mcp, dash: Dashboard) -> Result<(), McpError> {
     Ok(())
 }
 
-/// Subscribes to the whole task list, then reads it. One subscription for every task: each of
+/// Subscribes to the whole task list, then reads it, page by page. One subscription for every task: each of
 /// its updates carries the task that changed (a new one from its creation on), so the server
 /// keeps one entry for this page however many tasks there are. Subscribed before the read, so
 /// a change in between is not lost.
@@ -80,13 +80,18 @@ async fn resync(mcp: &Mcp, dash: Dashboard) -> Result<(), McpError> {
         read_kinds(mcp, dash).await?;
     }
     subscribe(mcp, &list_uri(None)).await?;
-    let result = mcp
-        .request("resources/read", json!({"uri": list_uri(None)}))
-        .await?;
-    let text = result["contents"][0]["text"].as_str().unwrap_or_default();
-    let list: TaskList = serde_json::from_str(text)
-        .map_err(|e| McpError::Rpc(format!("unreadable task list: {e}")))?;
-    dash.replace_tasks(list.tasks);
+    // Every page of the list: the table pages and searches all tasks, not the newest page's.
+    let mut tasks = Vec::new();
+    let mut next = Some(list_uri(None));
+    while let Some(uri) = next {
+        let result = mcp.request("resources/read", json!({"uri": uri})).await?;
+        let text = result["contents"][0]["text"].as_str().unwrap_or_default();
+        let page: TaskList = serde_json::from_str(text)
+            .map_err(|e| McpError::Rpc(format!("unreadable task list: {e}")))?;
+        tasks.extend(page.tasks);
+        next = page.next_page;
+    }
+    dash.replace_tasks(tasks);
     Ok(())
 }
 

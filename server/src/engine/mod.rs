@@ -853,13 +853,19 @@ impl Engine {
             .ok_or_else(|| EngineError::NotFound(task_id.to_owned()))
     }
 
+    /// Tasks newest first; see [`TaskRepo::list_tasks`](crate::store::TaskRepo::list_tasks).
     pub async fn list(
         &self,
         owner: Option<String>,
         status: Option<TaskStatus>,
+        after: Option<(i64, String)>,
         limit: usize,
     ) -> Result<Vec<TaskInfo>, EngineError> {
-        Ok(self.inner.store.list_tasks(owner, status, limit).await?)
+        Ok(self
+            .inner
+            .store
+            .list_tasks(owner, status, after, limit)
+            .await?)
     }
 
     /// Workers currently advancing a task in this process (not those waiting for a slot).

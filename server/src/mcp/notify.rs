@@ -345,9 +345,9 @@ impl Forwarder {
                         None
                     }
                 },
-                Ok(TaskUri::List(status)) => {
+                Ok(TaskUri::List(status, _)) => {
                     let owner = self.routes().list_filter(self.key);
-                    match self.engine().list(owner, status, LIST_LIMIT).await {
+                    match self.engine().list(owner, status, None, LIST_LIMIT).await {
                         Ok(tasks) => Some(meta(TASK_LIST_META_KEY, to_json(&tasks))),
                         Err(e) => {
                             tracing::warn!(error = %e, uri, "cannot resynchronise a subscription");

@@ -58,7 +58,12 @@ pub(super) async fn ask_open_questions(
 ) {
     let waiting = match shared
         .engine
-        .list(Some(owner), Some(TaskStatus::InputRequired), LIST_LIMIT)
+        .list(
+            Some(owner),
+            Some(TaskStatus::InputRequired),
+            None,
+            LIST_LIMIT,
+        )
         .await
     {
         Ok(tasks) => tasks,

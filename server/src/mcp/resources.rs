@@ -1,6 +1,6 @@
 //! The task resources: `task://status/{task_id}`, `task://list` and `task://list/{status}`.
 
-use durable_shared::{TaskInfo, TaskList, TaskStatus, list_uri};
+use durable_shared::{LIST_AFTER_PARAM, TaskInfo, TaskList, TaskStatus, list_page_uri, list_uri};
 use rmcp::ErrorData as McpError;
 use rmcp::model::{ReadResourceResult, Resource, ResourceContents, ResourceTemplate};
 
@@ -8,7 +8,7 @@ use super::Caller;
 use super::error::ApiError;
 use crate::engine::{Engine, EngineError};
 
-/// Tasks a list resource shows at most, newest first.
+/// Tasks a list resource shows at most, newest first: one page; its `next_page` reads on.
 pub const LIST_LIMIT: usize = 500;
 
 const STATUS_PREFIX: &str = "task://status/";
@@ -18,10 +18,20 @@ const LIST_PREFIX: &str = "task://list/";
 #[derive(Debug, PartialEq)]
 pub(super) enum TaskUri<'a> {
     Status(&'a str),
-    List(Option<TaskStatus>),
+    /// A list of tasks, one status's or all, from its start or after a `(created_at ms, task
+    /// id)` position (a later page).
+    List(Option<TaskStatus>, Option<(i64, String)>),
 }
 
 pub(super) fn parse(uri: &str) -> Result<TaskUri<'_>, McpError> {
+    if uri.starts_with("task://list")
+        && let Some((list, query)) = uri.split_once('?')
+    {
+        let TaskUri::List(status, None) = parse(list)? else {
+            unreachable!("a task://list URI without a query is a list");
+        };
+        return Ok(TaskUri::List(status, Some(page_position(query)?)));
+    }
     if let Some(id) = uri.strip_prefix(STATUS_PREFIX) {
         if id.is_empty() {
             return Err(McpError::invalid_params(
@@ -32,13 +42,13 @@ pub(super) fn parse(uri: &str) -> Result<TaskUri<'_>, McpError> {
         return Ok(TaskUri::Status(id));
     }
     if uri == "task://list" {
-        return Ok(TaskUri::List(None));
+        return Ok(TaskUri::List(None, None));
     }
     if let Some(status) = uri.strip_prefix(LIST_PREFIX) {
         let status = status
             .parse::<TaskStatus>()
             .map_err(|e| McpError::invalid_params(e.to_string(), None))?;
-        return Ok(TaskUri::List(Some(status)));
+        return Ok(TaskUri::List(Some(status), None));
     }
     Err(McpError::resource_not_found(
         format!(
@@ -49,10 +59,37 @@ pub(super) fn parse(uri: &str) -> Result<TaskUri<'_>, McpError> {
     ))
 }
 
+/// The position a page URI's query (`after={created_at ms}.{task id}`, as a list's
+/// `next_page` writes it) reads after.
+fn page_position(query: &str) -> Result<(i64, String), McpError> {
+    let bad = || {
+        McpError::invalid_params(
+            format!(
+                "a task list's query must be {LIST_AFTER_PARAM}={{created_at ms}}.{{task id}}, as \
+                 its next_page gives it; got {query:?}"
+            ),
+            Some(serde_json::json!({"field": LIST_AFTER_PARAM})),
+        )
+    };
+    let position = query
+        .strip_prefix(LIST_AFTER_PARAM)
+        .and_then(|rest| rest.strip_prefix('='))
+        .ok_or_else(bad)?;
+    let (ms, id) = position.split_once('.').ok_or_else(bad)?;
+    let ms = ms.parse::<i64>().map_err(|_| bad())?;
+    if id.is_empty() {
+        return Err(bad());
+    }
+    Ok((ms, id.to_owned()))
+}
+
 pub fn listed() -> Vec<Resource> {
     vec![
         Resource::new("task://list", "All tasks")
-            .with_description("Every task, newest first, with status, progress and result")
+            .with_description(
+                "Every task, newest first, with status, progress and result, in pages of 500: \
+                 a full page's next_page is the URI of the next one",
+            )
             .with_mime_type("application/json"),
     ]
 }
@@ -91,12 +128,20 @@ pub async fn read(
 ) -> Result<ReadResourceResult, McpError> {
     let body = match parse(uri)? {
         TaskUri::Status(id) => serde_json::to_string_pretty(&visible(engine, caller, id).await?),
-        TaskUri::List(status) => {
-            let tasks = engine.list(caller.filter(), status, LIST_LIMIT).await?;
+        TaskUri::List(status, after) => {
+            // One more than a page: whether a next page exists is known without reading it.
+            let mut tasks = engine
+                .list(caller.filter(), status, after, LIST_LIMIT + 1)
+                .await?;
+            let next_page = (tasks.len() > LIST_LIMIT).then(|| {
+                tasks.truncate(LIST_LIMIT);
+                list_page_uri(status, tasks.last().expect("a full page"))
+            });
             serde_json::to_string_pretty(&TaskList {
                 total: tasks.len(),
                 tasks,
                 status_filter: status,
+                next_page,
             })
         }
     }
@@ -118,8 +163,20 @@ pub async fn check_subscribable(
     if !uri.starts_with("task://") {
         return Ok(());
     }
-    if let TaskUri::Status(id) = parse(uri)? {
-        visible(engine, caller, id).await?;
+    match parse(uri)? {
+        TaskUri::Status(id) => {
+            visible(engine, caller, id).await?;
+        }
+        TaskUri::List(_, Some(_)) => {
+            return Err(McpError::invalid_params(
+                format!(
+                    "{uri} is a page of a list, read page by page; subscribe to the list itself \
+                     (without ?{LIST_AFTER_PARAM}=), whose updates cover every page"
+                ),
+                None,
+            ));
+        }
+        TaskUri::List(_, None) => {}
     }
     Ok(())
 }
@@ -157,11 +214,35 @@ mod tests {
     #[test]
     fn uris_parse_and_unknown_statuses_list_the_valid_ones() {
         assert_eq!(parse("task://status/abc").unwrap(), TaskUri::Status("abc"));
-        assert_eq!(parse("task://list").unwrap(), TaskUri::List(None));
+        assert_eq!(parse("task://list").unwrap(), TaskUri::List(None, None));
         assert_eq!(
             parse("task://list/paused").unwrap(),
-            TaskUri::List(Some(TaskStatus::Paused))
+            TaskUri::List(Some(TaskStatus::Paused), None)
         );
+        assert_eq!(
+            parse("task://list/paused?after=1700000000000.abc.d").unwrap(),
+            TaskUri::List(
+                Some(TaskStatus::Paused),
+                Some((1_700_000_000_000, "abc.d".into()))
+            )
+        );
+        for bad in [
+            "task://list?before=1.a",
+            "task://list?after=1",
+            "task://list?after=x.a",
+            "task://list?after=1.",
+        ] {
+            let err = parse(bad).unwrap_err();
+            assert!(
+                err.message.contains("after={created_at ms}.{task id}"),
+                "{bad}: {err:?}"
+            );
+            assert_eq!(
+                err.data,
+                Some(serde_json::json!({"field": "after"})),
+                "{bad}"
+            );
+        }
         let err = parse("task://list/done").unwrap_err();
         assert!(
             err.message.contains("valid statuses are: pending, running"),

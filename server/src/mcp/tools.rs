@@ -342,7 +342,7 @@ impl DurableServer {
         let tasks = self
             .shared
             .engine
-            .list(Some(owner.clone()), status, SESSION_TASK_LIMIT)
+            .list(Some(owner.clone()), status, None, SESSION_TASK_LIMIT)
             .await?;
         let rows: Vec<SessionTask<'_>> = tasks
             .iter()

@@ -256,11 +256,14 @@ pub trait TaskRepo: Send + Sync {
 
     async fn get_task(&self, id: &str) -> Result<Option<TaskInfo>, StoreError>;
 
-    /// Tasks, newest first, optionally only one owner's and only one status.
+    /// Tasks, newest first (ties by id), optionally only one owner's and only one status, and
+    /// only those after the `(created_at ms, task id)` position `after` in that order: a list
+    /// is read page by page.
     async fn list_tasks(
         &self,
         owner: Option<String>,
         status: Option<TaskStatus>,
+        after: Option<(i64, String)>,
         limit: usize,
     ) -> Result<Vec<TaskInfo>, StoreError>;
 

@@ -402,6 +402,55 @@ contract! {
 }
 
 contract! {
+    async fn a_list_read_page_by_page_is_the_whole_list(fx) {
+        // Inserted quickly, so that many share a creation millisecond and ties are by id.
+        let ids: Vec<String> = (0..7).map(|i| format!("t{i}")).collect();
+        let store = fx
+            .with_tasks(&ids.iter().map(String::as_str).collect::<Vec<_>>())
+            .await;
+        let task_ids = |tasks: &[TaskInfo]| -> Vec<String> {
+            tasks.iter().map(|t| t.task_id.clone()).collect()
+        };
+        let whole = store.list_tasks(None, None, None, 100).await.unwrap();
+        assert_eq!(whole.len(), 7);
+        let mut paged = Vec::new();
+        let mut after = None;
+        // Three pages hold the seven; a fourth must be empty (bounded, should paging repeat).
+        for _ in 0..4 {
+            let page = store.list_tasks(None, None, after, 3).await.unwrap();
+            let Some(last) = page.last() else { break };
+            after = Some((last.created_at.timestamp_millis(), last.task_id.clone()));
+            paged.extend(page);
+        }
+        assert_eq!(task_ids(&paged), task_ids(&whole), "every task once, in order");
+        let mut newest_first = whole.clone();
+        newest_first.sort_by(|l, r| {
+            (std::cmp::Reverse(l.created_at), &l.task_id)
+                .cmp(&(std::cmp::Reverse(r.created_at), &r.task_id))
+        });
+        assert_eq!(task_ids(&whole), task_ids(&newest_first));
+
+        // A page of one status's list.
+        store
+            .transition("t3", &[TaskStatus::Pending], TaskStatus::Paused)
+            .await
+            .unwrap();
+        let first = &whole[0];
+        let paused_after_first = store
+            .list_tasks(
+                None,
+                Some(TaskStatus::Paused),
+                Some((first.created_at.timestamp_millis(), first.task_id.clone())),
+                10,
+            )
+            .await
+            .unwrap();
+        let expected: Vec<String> = if first.task_id == "t3" { vec![] } else { vec!["t3".into()] };
+        assert_eq!(task_ids(&paused_after_first), expected);
+    }
+}
+
+contract! {
     async fn expired_handles_vanish_at_once_and_are_purged(fx) {
         let store = fx.with_tasks(&["a", "b"]).await;
         assert!(

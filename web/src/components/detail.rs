@@ -15,7 +15,8 @@ pub fn Detail() -> impl IntoView {
     // every other task's event (which would also reset a half-typed answer).
     let task = Memo::new(move |_| {
         let id = dash.selected.get()?;
-        dash.tasks.with(|tasks| tasks.get(&id).cloned())
+        let task = dash.tasks.with(|tasks| tasks.get(&id).copied())?;
+        Some(task.get())
     });
     let timeline = Memo::new(move |_| {
         let id = dash.selected.get()?;
@@ -57,6 +58,8 @@ pub fn Detail() -> impl IntoView {
                         <dt>"Task id"</dt><dd><code>{id.clone()}</code></dd>
                         <dt>"Status"</dt><dd><span class=format!("badge {}", task.status)>{task.status.as_str()}</span></dd>
                         <dt>"Owner"</dt><dd>{task.owner.clone()}</dd>
+                        <dt title="The server that holds, or last held, the task's lease">"Node"</dt>
+                        <dd data-test="node">{task.node.clone().unwrap_or_else(|| "—".into())}</dd>
                         <dt>"Created"</dt><dd>{time(Some(task.created_at))}</dd>
                         <dt>"Updated"</dt><dd>{time(Some(task.updated_at))}</dd>
                         <dt>"Finished"</dt><dd>{time(task.completed_at)}</dd>

@@ -1,5 +1,6 @@
 //! The top bar: connection state, client id, tasks per status.
 
+use durable_shared::TaskStatus;
 use leptos::prelude::*;
 
 use super::dashboard;
@@ -23,7 +24,7 @@ pub fn Header(client_id: String) -> impl IntoView {
                         dash.signed_in.set(false);
                         // The session was the token's subject's: start over, signed out.
                         crate::connection().forget_session();
-                        dash.tasks.update(|tasks| tasks.clear());
+                        dash.clear_tasks();
                         dash.sign_in.set(Some("signed out".into()));
                     }
                 >
@@ -31,18 +32,16 @@ pub fn Header(client_id: String) -> impl IntoView {
                 </button>
             </Show>
             <ul class="stats" aria-label="Tasks by status">
-                {move || {
-                    dash.counts()
-                        .into_iter()
-                        .map(|(status, count)| {
-                            view! {
-                                <li class=format!("badge {status}") data-test=format!("stat-{status}")>
-                                    {status.as_str()} " " <b>{count}</b>
-                                </li>
-                            }
-                        })
-                        .collect_view()
-                }}
+                {TaskStatus::ALL
+                    .into_iter()
+                    .map(|status| {
+                        view! {
+                            <li class=format!("badge {status}") data-test=format!("stat-{status}")>
+                                {status.as_str()} " " <b>{move || dash.count(status)}</b>
+                            </li>
+                        }
+                    })
+                    .collect_view()}
             </ul>
         </header>
     }

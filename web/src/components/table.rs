@@ -1,8 +1,12 @@
-//! The live task table with filters and row actions.
+//! The live task table: searched, filtered and paged, with row actions.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
 
 use durable_shared::{TaskInfo, TaskStatus, kinds};
 use leptos::prelude::*;
 use serde_json::json;
+use wasm_bindgen::prelude::wasm_bindgen;
 
 use super::dashboard;
 
@@ -40,34 +44,134 @@ fn summary(task: &TaskInfo) -> String {
     }
 }
 
+thread_local! {
+    /// How often each row has rendered, by task id: see [`row_renders`].
+    static RENDERS: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
+}
+
+fn rendered(task_id: &str) {
+    RENDERS.with_borrow_mut(|renders| *renders.entry(task_id.to_owned()).or_default() += 1);
+}
+
+/// How often each row has rendered so far (drawn, or one of its cells computed again), by task
+/// id, as `window.wasmBindings.row_renders()`: what shows that an event of one task renders
+/// that task's row and no other, however many tasks there are. An increment per render is all
+/// it costs.
+#[wasm_bindgen]
+pub fn row_renders() -> js_sys::Object {
+    let counts = js_sys::Object::new();
+    RENDERS.with_borrow(|renders| {
+        for (id, count) in renders {
+            let _ = js_sys::Reflect::set(&counts, &id.into(), &(*count as f64).into());
+        }
+    });
+    counts
+}
+
+/// Rows on one page of the table: the page draws these, however many tasks there are.
+const PAGE_SIZE: usize = 50;
+
+/// Whether `task` matches what was typed in the search box (lowercase): a part of its id,
+/// kind, parameters or owner.
+fn matches_search(task: &TaskInfo, needle: &str) -> bool {
+    needle.is_empty()
+        || [
+            task.task_id.to_lowercase(),
+            kind_label(&task.kind).to_lowercase(),
+            summary(task).to_lowercase(),
+            task.owner.to_lowercase(),
+        ]
+        .iter()
+        .any(|text| text.contains(needle))
+}
+
 #[component]
 pub fn TaskTable() -> impl IntoView {
     let dash = dashboard();
     let client_id = crate::connection().client_id().to_owned();
     let status_filter = RwSignal::new(None::<TaskStatus>);
     let mine_only = RwSignal::new(false);
-    // Ids only: each row follows its own task, so a progress update re-renders a few cells,
-    // never the row (buttons under the pointer stay put).
-    let rows = move || {
+    let search = RwSignal::new(String::new());
+    let page = RwSignal::new(0usize);
+    // The tasks that pass the filters, newest first, as ids. It follows the set of tasks (not
+    // each task's changes), the filters, and status changes only while a status is filtered
+    // on; what it reads of each task (creation time, id, kind, parameters, owner) never
+    // changes.
+    let matching = Memo::new(move |_| {
+        let status = status_filter.get();
+        if status.is_some() {
+            dash.status_changes.track();
+        }
+        let needle = search.get().trim().to_lowercase();
+        let mine = mine_only.get();
         dash.tasks.with(|tasks| {
-            let mut rows: Vec<&TaskInfo> = tasks
+            let mut matching: Vec<(chrono::DateTime<chrono::Utc>, String)> = tasks
                 .values()
-                .filter(|t| status_filter.get().is_none_or(|s| t.status == s))
-                .filter(|t| !mine_only.get() || t.owner == client_id)
+                .filter_map(|task| {
+                    task.with_untracked(|t| {
+                        (status.is_none_or(|s| t.status == s)
+                            && (!mine || t.owner == client_id)
+                            && matches_search(t, &needle))
+                        .then(|| (t.created_at, t.task_id.clone()))
+                    })
+                })
                 .collect();
-            rows.sort_by_key(|t| std::cmp::Reverse(t.created_at));
-            rows.into_iter()
-                .map(|t| t.task_id.clone())
+            matching.sort_unstable_by(|a, b| b.cmp(a));
+            matching.into_iter().map(|(_, id)| id).collect::<Vec<_>>()
+        })
+    });
+    let pages = move || matching.with(|ids| ids.len().div_ceil(PAGE_SIZE).max(1));
+    // A page past the end (tasks went, or a filter narrowed the list) shows the last one.
+    let shown_page = move || page.get().min(pages() - 1);
+    let rows = move || {
+        let first = shown_page() * PAGE_SIZE;
+        matching.with(|ids| {
+            ids.iter()
+                .skip(first)
+                .take(PAGE_SIZE)
+                .cloned()
                 .collect::<Vec<_>>()
         })
     };
+    let page_info = move || {
+        let total = matching.with(Vec::len);
+        let first = shown_page() * PAGE_SIZE;
+        if total == 0 {
+            "no tasks match".to_owned()
+        } else {
+            format!(
+                "{}–{} of {total}",
+                first + 1,
+                (first + PAGE_SIZE).min(total)
+            )
+        }
+    };
+    // A narrower list starts at its first page.
+    let refilter = move || page.set(0);
     view! {
         <div class="filters">
+            <input
+                type="search"
+                class="search"
+                data-test="search"
+                placeholder="Search id, kind, parameters, owner"
+                aria-label="Search tasks"
+                prop:value=move || search.get()
+                on:input=move |ev| {
+                    search.set(event_target_value(&ev));
+                    refilter();
+                }
+                // Clearing the box (its ✕, or a script) may fire only `change`.
+                on:change=move |ev| search.set(event_target_value(&ev))
+            />
             <label>
                 "Status "
                 <select
                     data-test="status-filter"
-                    on:change=move |ev| status_filter.set(event_target_value(&ev).parse().ok())
+                    on:change=move |ev| {
+                        status_filter.set(event_target_value(&ev).parse().ok());
+                        refilter();
+                    }
                 >
                     <option value="">"all"</option>
                     {TaskStatus::ALL
@@ -77,8 +181,8 @@ pub fn TaskTable() -> impl IntoView {
                 </select>
             </label>
             <div class="toggle" role="group" aria-label="Whose tasks">
-                <button class:active=move || !mine_only.get() on:click=move |_| mine_only.set(false)>"All"</button>
-                <button class:active=move || mine_only.get() on:click=move |_| mine_only.set(true) data-test="mine">"My tasks"</button>
+                <button class:active=move || !mine_only.get() on:click=move |_| { mine_only.set(false); refilter(); }>"All"</button>
+                <button class:active=move || mine_only.get() on:click=move |_| { mine_only.set(true); refilter(); } data-test="mine">"My tasks"</button>
             </div>
         </div>
         <div class="table-wrap">
@@ -96,28 +200,37 @@ pub fn TaskTable() -> impl IntoView {
                 </thead>
                 <tbody>
                     <For each=rows key=|id| id.clone() let:id>
-                        <Row task_id=id />
+                        {dash.task(&id).map(|task| view! { <Row task=task /> })}
                     </For>
                 </tbody>
             </table>
-            {move || dash.tasks.with(|t| t.is_empty()).then(|| view! { <p class="empty">"No tasks yet: start one."</p> })}
+            {move || dash.tasks.with(HashMap::is_empty).then(|| view! { <p class="empty">"No tasks yet: start one."</p> })}
         </div>
+        <nav class="pager" aria-label="Pages of tasks">
+            <button data-test="prev-page" disabled=move || { shown_page() == 0 } on:click=move |_| page.set(shown_page().saturating_sub(1))>"‹ Newer"</button>
+            <span data-test="page-info">{page_info}</span>
+            <button data-test="next-page" disabled=move || { shown_page() + 1 >= pages() } on:click=move |_| page.set(shown_page() + 1)>"Older ›"</button>
+        </nav>
     }
 }
 
+/// One task's row. It reads only its own task's signal, so another task's event leaves it
+/// alone, and each cell changes only when what it shows does.
 #[component]
-fn Row(task_id: String) -> impl IntoView {
+fn Row(task: RwSignal<TaskInfo>) -> impl IntoView {
     let dash = dashboard();
-    let task = Memo::new({
-        let id = task_id.clone();
-        move |_| dash.tasks.with(|tasks| tasks.get(&id).cloned())
-    });
-    let status = Memo::new(move |_| task.with(|t| t.as_ref().map(|t| t.status)));
+    let task_id = task.with_untracked(|t| t.task_id.clone());
+    rendered(&task_id);
+    let status = Memo::new(move |_| task.with(|t| t.status));
+    let counted = StoredValue::new(task_id.clone());
     let field = move |f: fn(&TaskInfo) -> String| {
-        move || task.with(|t| t.as_ref().map(f).unwrap_or_default())
+        move || {
+            counted.with_value(|id| rendered(id));
+            task.with(f)
+        }
     };
-    let percent = move || task.with(|t| t.as_ref().map_or(0.0, |t| t.percent));
-    let status_name = move || status.get().map_or("", TaskStatus::as_str);
+    let percent = move || task.with(|t| t.percent);
+    let status_name = move || status.get().as_str();
     let (select_id, click_id, actions_id) = (task_id.clone(), task_id.clone(), task_id.clone());
     view! {
         <tr
@@ -141,9 +254,14 @@ fn Row(task_id: String) -> impl IntoView {
                 <span class="count">{field(|t| format!("{}/{}", t.progress, t.total))}</span>
             </td>
             <td class="message">{field(|t| t.message.clone())}</td>
-            <td class="updated">{field(|t| t.updated_at.format("%H:%M:%S").to_string())}</td>
+            <td class="updated">
+                {field(|t| t.updated_at.format("%H:%M:%S").to_string())}
+                <span class="node" title="The node that holds the task" data-test="row-node">
+                    {field(|t| t.node.clone().unwrap_or_default())}
+                </span>
+            </td>
             <td class="actions">
-                {move || status.get().map(|status| view! { <Actions task_id=actions_id.clone() status=status /> })}
+                {move || { let status = status.get(); view! { <Actions task_id=actions_id.clone() status=status /> } }}
             </td>
         </tr>
     }

@@ -433,19 +433,24 @@ impl TaskRepo for Postgres {
         &self,
         owner: Option<String>,
         status: Option<TaskStatus>,
+        after: Option<(i64, String)>,
         limit: usize,
     ) -> Result<Vec<TaskInfo>, StoreError> {
+        let (after_ms, after_id) = after.unzip();
         self.query(
             concat!(
                 "SELECT ",
                 info_columns!(),
                 " FROM tasks WHERE ($1::TEXT IS NULL OR owner = $1) \
                  AND ($2::TEXT IS NULL OR status = $2) \
-                 ORDER BY created_at DESC, id LIMIT $3"
+                 AND ($3::BIGINT IS NULL OR created_at < $3 OR (created_at = $3 AND id > $4)) \
+                 ORDER BY created_at DESC, id LIMIT $5"
             ),
             &[
                 &owner,
                 &status.map(TaskStatus::as_str),
+                &after_ms,
+                &after_id,
                 &signed(limit as u64)?,
             ],
             read_info,

@@ -413,6 +413,7 @@ impl TaskRepo for Sqlite {
         &self,
         owner: Option<String>,
         status: Option<TaskStatus>,
+        after: Option<(i64, String)>,
         limit: usize,
     ) -> Result<Vec<TaskInfo>, StoreError> {
         self.read(move |conn| {
@@ -420,10 +421,18 @@ impl TaskRepo for Sqlite {
                 "SELECT ",
                 info_columns!(),
                 " FROM tasks WHERE (?1 IS NULL OR owner = ?1) AND (?2 IS NULL OR status = ?2) \
-                 ORDER BY created_at DESC, id LIMIT ?3"
+                 AND (?3 IS NULL OR created_at < ?3 OR (created_at = ?3 AND id > ?4)) \
+                 ORDER BY created_at DESC, id LIMIT ?5"
             ))?;
+            let (after_ms, after_id) = after.unzip();
             let rows = stmt.query_map(
-                params![owner, status.map(TaskStatus::as_str), limit as i64],
+                params![
+                    owner,
+                    status.map(TaskStatus::as_str),
+                    after_ms,
+                    after_id,
+                    limit as i64
+                ],
                 read_info,
             )?;
             Ok(rows.collect::<Result<_, _>>()?)
@@ -602,7 +611,10 @@ mod tests {
         assert!(matches!(failed, Err(StoreError::Sqlite(_))), "{failed:?}");
         assert!(store.get_task("bad").await.unwrap().is_none());
         store.insert_task(new_task("good")).await.unwrap();
-        assert_eq!(store.list_tasks(None, None, 10).await.unwrap().len(), 1);
+        assert_eq!(
+            store.list_tasks(None, None, None, 10).await.unwrap().len(),
+            1
+        );
     }
 
     /// The first reference server computed its clean-up date by subtracting days from the day
@@ -634,7 +646,7 @@ mod tests {
         let cutoff = at(2026, 2, 28, 0);
         assert_eq!(store.purge_finished_before(cutoff).await.unwrap(), 1);
         let left: Vec<String> = store
-            .list_tasks(None, None, 10)
+            .list_tasks(None, None, None, 10)
             .await
             .unwrap()
             .into_iter()
