@@ -281,3 +281,62 @@ async fn a_session_that_opens_its_stream_late_is_still_asked() {
     assert_eq!(request["params"]["message"], json!(question.message));
     client.close().await;
 }
+
+/// A session whose notifications fell behind is resynchronised from the store, and that
+/// includes the questions its client's tasks raised meanwhile: the "asks" milestones it missed
+/// were the only other moment it would have been asked. With a queue of one notification and a
+/// flood of changes in the owner's list, every trip is still asked, and answered, by
+/// elicitation.
+#[tokio::test]
+async fn questions_raised_while_the_owners_session_lagged_are_still_asked() {
+    const TRIPS: usize = 4;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        dir.path(),
+        &["--time-scale", "0", "--notification-buffer", "1"],
+    )
+    .await;
+    let owner = Person::default();
+    let owner_session = serve_with(&server.mcp_url(), Some("owner"), None, owner.clone())
+        .await
+        .expect("the owner connects");
+    // Deprecated for 2026-07-28; how 2025-11-25 clients follow a list.
+    #[allow(deprecated)]
+    let subscribed = within(
+        IO_TIMEOUT,
+        "subscribing",
+        owner_session.subscribe(rmcp::model::SubscribeRequestParams::new("task://list")),
+    )
+    .await;
+    subscribed.expect("subscribe");
+    let starter = Client::connect(&server.mcp_url(), Some("owner")).await;
+    let mut trips = Vec::new();
+    for round in 0..TRIPS * 6 {
+        starter
+            .call_ok(
+                "start_batch_processing",
+                json!({"batch_size": 1, "total_items": 15}),
+            )
+            .await;
+        if round % 6 == 3 {
+            trips.push(task_id(
+                &starter.call_ok("start_trip_planning", trip()).await,
+            ));
+        }
+    }
+    for id in &trips {
+        let done = starter.wait_terminal(id, TASK_LIMIT).await;
+        assert_eq!(done.status, TaskStatus::Completed, "{done:?}");
+        assert_eq!(done.result_data.unwrap()["answers_applied"], json!(2));
+    }
+    assert!(
+        server
+            .metrics()
+            .await
+            .get("durable_forwarder_resyncs_total")
+            .is_some_and(|resyncs| resyncs > 0.0),
+        "the flood should have made the owner's session fall behind"
+    );
+    let _ = within(IO_TIMEOUT, "client close", owner_session.cancel()).await;
+    starter.close().await;
+}

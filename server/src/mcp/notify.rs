@@ -333,8 +333,9 @@ impl Forwarder {
         }
     }
 
-    /// After missed deliveries: the current state of every subscribed resource, and the status
-    /// of each of the client's handles that changed since `since_ms`.
+    /// After missed deliveries: the current state of every subscribed resource, the open
+    /// questions of the client's tasks, and the status of each of the client's handles that
+    /// changed since `since_ms`.
     async fn resync(&self, since_ms: i64) -> Result<(), ServiceError> {
         for uri in self.routes().subscriptions(self.key) {
             let meta = match resources::parse(&uri) {
@@ -366,6 +367,17 @@ impl Forwarder {
         let Some(client) = self.routes().client(self.key) else {
             return Ok(());
         };
+        // A question one of its tasks raised meanwhile was asked nowhere here: ask every open
+        // one (a question this session is being asked already is not asked twice).
+        if questions::can_ask(&self.peer) {
+            tokio::spawn(questions::ask_open_questions(
+                self.shared.clone(),
+                self.peer.clone(),
+                client.clone(),
+                self.asking.clone(),
+                self.session_id.clone(),
+            ));
+        }
         let mut after = None;
         loop {
             let page = match self.engine().handles(&client, after.clone(), 200).await {
