@@ -1,6 +1,7 @@
-//! A small MCP client over `fetch`, written for the browser: rmcp's transports spawn tokio
-//! tasks and need `Send`, and `EventSource` cannot send `Mcp-Session-Id` or `Last-Event-ID`, so
-//! this one POSTs JSON-RPC with `fetch` and reads SSE from the response body stream.
+//! A small MCP client over gloo-net's `fetch`, written for the browser: rmcp's transports spawn
+//! tokio tasks and need `Send`, and `EventSource` cannot send `Mcp-Session-Id` or
+//! `Last-Event-ID`, so this one POSTs JSON-RPC with gloo-net and reads SSE from the response's
+//! body stream (with the SSE parser of `durable-shared`, which the server's tests use too).
 //!
 //! It is resumable: the client id (shared by the tabs of a browser) lives in `localStorage`;
 //! each tab's session id, negotiated protocol version and last event id of the standalone stream
@@ -10,13 +11,14 @@
 use std::cell::{Cell, RefCell};
 
 use durable_shared::sse::{SseEvent, take_event};
-use js_sys::{Reflect, Uint8Array};
+use gloo_net::http::{Request, RequestBuilder, Response};
+use js_sys::Uint8Array;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
-use web_sys::{Headers, ReadableStreamDefaultReader, Request, RequestInit, Response};
+use web_sys::{ReadableStreamDefaultReader, ReadableStreamReadResult};
 
 const PROTOCOL_VERSION: &str = "2025-11-25";
 const CLIENT_ID_KEY: &str = "durable-mcp/client-id";
@@ -61,6 +63,10 @@ impl std::fmt::Display for McpError {
             | McpError::Tool { message: why, .. } => f.write_str(why),
         }
     }
+}
+
+fn net_error(error: gloo_net::Error) -> McpError {
+    McpError::Network(error.to_string())
 }
 
 fn js_error(value: JsValue) -> McpError {
@@ -136,8 +142,6 @@ async fn refusal(response: &Response) -> String {
     let challenge = response
         .headers()
         .get("www-authenticate")
-        .ok()
-        .flatten()
         .unwrap_or_default();
     let described = challenge
         .split("error_description=\"")
@@ -147,14 +151,7 @@ async fn refusal(response: &Response) -> String {
     if let Some(described) = described {
         return described;
     }
-    let text = match response.text() {
-        Ok(promise) => JsFuture::from(promise)
-            .await
-            .ok()
-            .and_then(|t| t.as_string())
-            .unwrap_or_default(),
-        Err(_) => String::new(),
-    };
+    let text = response.text().await.unwrap_or_default();
     serde_json::from_str::<Value>(&text)
         .ok()
         .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
@@ -221,7 +218,8 @@ pub struct SessionInfo {
     pub last_event_id: Option<String>,
 }
 
-/// Reads SSE events from a `fetch` response body as they arrive.
+/// Reads SSE events from a response body as they arrive. By hand, on the body's stream reader:
+/// gloo-net hands out the stream, and what is read from it is bytes for the SSE parser.
 pub struct SseReader {
     reader: ReadableStreamDefaultReader,
     buffer: Vec<u8>,
@@ -236,8 +234,6 @@ impl SseReader {
         let opened_at_ms = response
             .headers()
             .get("date")
-            .ok()
-            .flatten()
             .map(|date| js_sys::Date::parse(&date))
             .filter(|ms| ms.is_finite())
             .map(|ms| ms as i64);
@@ -257,16 +253,15 @@ impl SseReader {
                 }
                 continue;
             }
-            let chunk = JsFuture::from(self.reader.read()).await.map_err(js_error)?;
-            if Reflect::get(&chunk, &"done".into())
-                .ok()
-                .and_then(|done| done.as_bool())
-                .unwrap_or(true)
-            {
+            let chunk: ReadableStreamReadResult = JsFuture::from(self.reader.read())
+                .await
+                .map_err(js_error)?
+                .unchecked_into();
+            if chunk.get_done().unwrap_or(true) {
                 return Ok(None);
             }
-            let value = Reflect::get(&chunk, &"value".into()).map_err(js_error)?;
-            self.buffer.extend(Uint8Array::new(&value).to_vec());
+            self.buffer
+                .extend(Uint8Array::new(&chunk.get_value()).to_vec());
         }
     }
 }
@@ -337,37 +332,37 @@ impl Mcp {
 
     async fn send(
         &self,
-        method: &str,
+        request: RequestBuilder,
         body: Option<&Value>,
         last_event_id: Option<&str>,
     ) -> Result<Response, McpError> {
-        let headers = Headers::new().map_err(js_error)?;
-        let set = |name: &str, value: &str| headers.set(name, value).map_err(js_error);
-        set("accept", "application/json, text/event-stream")?;
-        set(durable_shared::CLIENT_ID_HEADER, &self.client_id)?;
+        let mut request = request
+            .header("accept", "application/json, text/event-stream")
+            .header(durable_shared::CLIENT_ID_HEADER, &self.client_id);
         if let Some(token) = token() {
-            set("authorization", &format!("Bearer {token}"))?;
+            request = request.header("authorization", &format!("Bearer {token}"));
         }
         if let Some(info) = &*self.session.borrow() {
-            set("mcp-session-id", &info.session_id)?;
-            set("mcp-protocol-version", &info.protocol_version)?;
+            request = request
+                .header("mcp-session-id", &info.session_id)
+                .header("mcp-protocol-version", &info.protocol_version);
         }
         if let Some(id) = last_event_id {
-            set("last-event-id", id)?;
+            request = request.header("last-event-id", id);
         }
-        let init = RequestInit::new();
-        init.set_method(method);
-        if let Some(body) = body {
-            set("content-type", "application/json")?;
-            init.set_body(&JsValue::from_str(&body.to_string()));
+        let request = match body {
+            Some(body) => request
+                .header("content-type", "application/json")
+                .body(body.to_string()),
+            None => request.build(),
         }
-        init.set_headers(&headers);
-        let request = Request::new_with_str_and_init(&self.endpoint, &init).map_err(js_error)?;
-        let window = web_sys::window().ok_or_else(|| McpError::Network("no window".into()))?;
-        let response = JsFuture::from(window.fetch_with_request(&request))
+        .map_err(net_error)?;
+        request.send().await.map_err(net_error)
+    }
+
+    async fn post(&self, body: &Value) -> Result<Response, McpError> {
+        self.send(Request::post(&self.endpoint), Some(body), None)
             .await
-            .map_err(js_error)?;
-        response.dyn_into::<Response>().map_err(js_error)
     }
 
     /// The answer to request `id` from a POST response (JSON or SSE).
@@ -375,8 +370,6 @@ impl Mcp {
         let is_sse = response
             .headers()
             .get("content-type")
-            .ok()
-            .flatten()
             .is_some_and(|t| t.starts_with("text/event-stream"));
         let message: Value = if is_sse {
             let mut reader = SseReader::new(&response)
@@ -396,11 +389,7 @@ impl Mcp {
                 }
             }
         } else {
-            let text = JsFuture::from(response.text().map_err(js_error)?)
-                .await
-                .map_err(js_error)?
-                .as_string()
-                .unwrap_or_default();
+            let text = response.text().await.map_err(net_error)?;
             serde_json::from_str(&text)
                 .map_err(|e| McpError::Rpc(format!("invalid JSON from the server: {e}")))?
         };
@@ -424,7 +413,7 @@ impl Mcp {
             "capabilities": {},
             "clientInfo": {"name": "durable-mcp-dashboard", "version": env!("CARGO_PKG_VERSION")},
         }});
-        let response = self.send("POST", Some(&request), None).await?;
+        let response = self.post(&request).await?;
         if response.status() == 401 {
             return Err(McpError::Unauthorized(refusal(&response).await));
         }
@@ -437,8 +426,6 @@ impl Mcp {
         let session_id = response
             .headers()
             .get("mcp-session-id")
-            .ok()
-            .flatten()
             .ok_or_else(|| McpError::Rpc("the server sent no Mcp-Session-Id".into()))?;
         let result = Self::answer(response, id).await?;
         *self.session.borrow_mut() = Some(SessionInfo {
@@ -451,7 +438,7 @@ impl Mcp {
         });
         self.save();
         let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-        self.send("POST", Some(&initialized), None).await?;
+        self.post(&initialized).await?;
         Ok(())
     }
 
@@ -459,7 +446,7 @@ impl Mcp {
     pub async fn request(&self, method: &str, params: Value) -> Result<Value, McpError> {
         let id = self.next_id.replace(self.next_id.get() + 1);
         let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let response = self.send("POST", Some(&body), None).await?;
+        let response = self.post(&body).await?;
         match response.status() {
             404 => Err(McpError::SessionLost),
             401 => Err(McpError::Unauthorized(refusal(&response).await)),
@@ -493,7 +480,9 @@ impl Mcp {
     /// Opens the standalone stream, resuming after the saved last event id.
     pub async fn open_stream(&self) -> Result<SseReader, McpError> {
         let last = self.session().and_then(|info| info.last_event_id);
-        let response = self.send("GET", None, last.as_deref()).await?;
+        let response = self
+            .send(Request::get(&self.endpoint), None, last.as_deref())
+            .await?;
         match response.status() {
             200 => {
                 SseReader::new(&response).ok_or_else(|| McpError::Network("no stream body".into()))
@@ -501,11 +490,7 @@ impl Mcp {
             404 => Err(McpError::SessionLost),
             401 => Err(McpError::Unauthorized(refusal(&response).await)),
             400 | 403 | 410 => {
-                let text = JsFuture::from(response.text().map_err(js_error)?)
-                    .await
-                    .ok()
-                    .and_then(|t| t.as_string())
-                    .unwrap_or_default();
+                let text = response.text().await.unwrap_or_default();
                 let why = serde_json::from_str::<Value>(&text)
                     .ok()
                     .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
