@@ -251,6 +251,15 @@ async fn the_dashboard_runs_steers_and_survives_a_reload() {
                 .ok()
         })
         .await;
+    browser
+        .wait_for("the progress chart", || async {
+            browser
+                .client
+                .find(Locator::Css("[data-test=progress-chart] polyline"))
+                .await
+                .ok()
+        })
+        .await;
     browser.screenshot("dashboard-training-detail").await;
 
     // Reload in the middle of a task: same client and session, timeline without gaps.
@@ -874,6 +883,17 @@ async fn one_of_two_thousand_tasks_changing_touches_only_its_own_row() {
             .all(|(id, status)| *id != watched && status == "completed"),
         "{second:?}"
     );
+
+    // The server's throughput from its /metrics, read every 5 s: the watched task's steps.
+    browser
+        .wait_text("[data-test=server-rates]", |t| {
+            t.trim()
+                .strip_prefix("now: ")
+                .and_then(|rest| rest.split(' ').next())
+                .and_then(|steps| steps.parse::<f64>().ok())
+                .is_some_and(|steps| steps > 0.0)
+        })
+        .await;
 
     browser.refresh().await;
     browser

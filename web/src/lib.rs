@@ -10,7 +10,7 @@ use std::rc::Rc;
 
 use leptos::prelude::*;
 
-use components::{Detail, Header, SignIn, StartForms, TaskTable};
+use components::{Detail, Header, ServerChart, SignIn, StartForms, TaskTable};
 use state::Dashboard;
 
 thread_local! {
@@ -53,6 +53,7 @@ pub fn App() -> impl IntoView {
         <main>
             <section class="start" aria-label="Start a task">
                 <StartForms />
+                <ServerChart />
             </section>
             <section class="tasks" aria-label="Tasks">
                 <TaskTable />

@@ -4,7 +4,7 @@
 use durable_shared::results::{EpochMetrics, TrainingResult};
 use leptos::prelude::*;
 
-use super::chart::TrainingChart;
+use super::chart::{ProgressChart, TrainingChart};
 use super::dashboard;
 use super::question::QuestionForm;
 
@@ -68,6 +68,7 @@ pub fn Detail() -> impl IntoView {
                     <h3>"Parameters"</h3>
                     <pre>{serde_json::to_string_pretty(&task.parameters).unwrap_or_default()}</pre>
                     {task.error.clone().map(|e| view! { <h3>"Error"</h3><pre class="error">{e}</pre> })}
+                    <ProgressChart timeline=timeline.clone() />
                     {(task.kind == durable_shared::kinds::ML_TRAINING && !history.is_empty()).then(|| view! { <TrainingChart history=history /> })}
                     {task.result_data.clone().map(|r| view! {
                         <details><summary>"Result"</summary><pre data-test="result">{serde_json::to_string_pretty(&r).unwrap_or_default()}</pre></details>

@@ -8,6 +8,7 @@ mod question;
 mod sign_in;
 mod table;
 
+pub use chart::ServerChart;
 pub use detail::Detail;
 pub use forms::StartForms;
 pub use header::Header;
