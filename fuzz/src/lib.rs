@@ -191,7 +191,7 @@ impl Server {
             for status in [TaskStatus::Pending, TaskStatus::Running, TaskStatus::Paused] {
                 let tasks = self
                     .engine
-                    .list(None, Some(status), 100)
+                    .list(None, Some(status), None, 100)
                     .await
                     .expect("listing tasks");
                 for task in tasks {
