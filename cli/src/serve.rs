@@ -168,9 +168,10 @@ pub struct ServeArgs {
     #[arg(long, env = "DURABLE_MCP_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
     pub max_body_bytes: usize,
 
-    /// Directory of the built dashboard (Trunk's dist) served at /.
-    #[arg(long, env = "DURABLE_MCP_DASHBOARD_DIR", default_value = "web/dist")]
-    pub dashboard_dir: PathBuf,
+    /// Directory of the built dashboard (Trunk's dist) served at /. Default: web/dist if it
+    /// holds a build, else the dashboard built into the binary (feature embedded-dashboard)
+    #[arg(long, env = "DURABLE_MCP_DASHBOARD_DIR")]
+    pub dashboard_dir: Option<PathBuf>,
 
     /// On SIGTERM or Ctrl-C, how long to wait for tasks to checkpoint and connections to close.
     #[arg(long, env = "DURABLE_MCP_SHUTDOWN_GRACE", default_value = "5s", value_parser = humantime::parse_duration)]

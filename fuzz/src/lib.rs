@@ -239,7 +239,7 @@ fn config(dir: &std::path::Path) -> Config {
         allowed_origins: Vec::new(),
         allowed_hosts: Vec::new(),
         max_body_bytes: 64 * 1024,
-        dashboard_dir: dir.join("no-dashboard"),
+        dashboard_dir: Some(dir.join("no-dashboard")),
         shutdown_grace: Duration::from_secs(1),
         auth: None,
         limits: Limits {

@@ -53,8 +53,9 @@ pub struct Config {
     pub allowed_hosts: Vec<String>,
     /// Largest accepted request body in bytes; larger ones get 413.
     pub max_body_bytes: usize,
-    /// Directory of the built dashboard (Trunk's dist) served at /.
-    pub dashboard_dir: PathBuf,
+    /// Directory of the built dashboard (Trunk's dist) served at /; `None`: `web/dist` if it
+    /// holds a build, else the one built into the binary (see `http::dashboard`).
+    pub dashboard_dir: Option<PathBuf>,
     /// On SIGTERM or Ctrl-C, how long to wait for tasks to checkpoint and connections to close.
     pub shutdown_grace: Duration,
     /// OAuth bearer tokens required on `/mcp` (a multi-tenant server); `None`: a single-user

@@ -6,10 +6,10 @@ use std::collections::BTreeSet;
 
 use durable_shared::EventId;
 use durable_tests::browser::{Browser, UI_TIMEOUT};
-use durable_tests::dashboard::{dist, finished_tasks, server, watch_rows};
+use durable_tests::dashboard::{TrunkServe, dist, finished_tasks, server, watch_rows};
 use durable_tests::proxy::Proxy;
-use durable_tests::within;
-use durable_tests::{Client, Server, wait_progress};
+use durable_tests::{Client, IO_TIMEOUT, Server, stdout_lines, wait_progress};
+use durable_tests::{output_within, within};
 use fantoccini::Locator;
 
 /// A browser showing `server`'s dashboard, connected.
@@ -903,4 +903,148 @@ async fn one_of_two_thousand_tasks_changing_touches_only_its_own_row() {
     browser.screenshot("dashboard-2000-tasks").await;
     client.close().await;
     browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trunk_serve_runs_the_dashboard_against_a_server_through_its_proxy() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--time-scale", "0.02"]).await;
+    let trunk = TrunkServe::start(dir.path(), &server.mcp_url()).await;
+    let browser = Browser::start().await;
+    browser.goto(&trunk.url()).await;
+    browser
+        .wait_text("[data-test=conn]", |t| t == "connected")
+        .await;
+    let task = start(
+        &browser,
+        "start_batch_processing",
+        &[
+            ("batch_size", "10"),
+            ("total_items", "50"),
+            ("processing_delay", "1"),
+        ],
+    )
+    .await;
+    wait_status(&browser, &task, "completed").await;
+    assert_eq!(percent(&browser, &task).await, 100.0);
+    // The task is the server's: started, run and seen to its end through Trunk's proxy.
+    let (client_id, _) = stored_ids(&browser).await;
+    let client = Client::connect(&server.mcp_url(), Some(&client_id)).await;
+    let info = client.task(&task).await;
+    assert_eq!(
+        info.status,
+        durable_shared::TaskStatus::Completed,
+        "{info:?}"
+    );
+    let errors = browser.js("return window.__errors;").await;
+    assert_eq!(errors, serde_json::json!([]), "trunk log:\n{}", trunk.log());
+}
+
+/// How long the build of the server with the dashboard built in may take: the server crate
+/// again with the feature, and a cold release build of the web crate for wasm beside it.
+const EMBEDDED_BUILD_LIMIT: std::time::Duration = std::time::Duration::from_secs(1200);
+
+/// Builds the server binary with `--features embedded-dashboard` (the test's profile, the same
+/// target directory: only the server crate and the dashboard are built again) and copies it
+/// into `dir`. The copy is what runs: the other suites' builds put the plain binary back.
+async fn binary_with_embedded_dashboard(dir: &std::path::Path) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let release = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .and_then(std::path::Path::file_name)
+        .is_some_and(|name| name == "release");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut build = tokio::process::Command::new(cargo);
+    build.args([
+        "build",
+        "-p",
+        "durable-mcp",
+        "--bin",
+        "durable-mcp",
+        "--features",
+        "embedded-dashboard",
+        "--message-format=json-render-diagnostics",
+    ]);
+    if release {
+        build.arg("--release");
+    }
+    let output = output_within(&mut build, EMBEDDED_BUILD_LIMIT).await;
+    assert!(
+        output.status.success(),
+        "the build with the embedded dashboard failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let built = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|message| message["target"]["name"] == "durable-mcp")
+        .find_map(|message| message["executable"].as_str().map(std::path::PathBuf::from))
+        .expect("cargo names the durable-mcp executable it built");
+    let copy = dir.join("durable-mcp");
+    std::fs::copy(&built, &copy).expect("copying the binary");
+    copy
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_with_the_dashboard_built_in_serves_it_from_any_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let binary = binary_with_embedded_dashboard(dir.path()).await;
+    // Run where there is no web/dist, and without --dashboard-dir, as after `cargo install`.
+    let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
+    let mut child = tokio::process::Command::new(&binary)
+        .current_dir(dir.path())
+        .args(["--host", "127.0.0.1", "--port", "0"])
+        .args(["--db", "tasks.db", "--data-dir", "data"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("starting the binary");
+    let mut lines = stdout_lines(&mut child);
+    let line = within(IO_TIMEOUT, "the server to start", lines.recv())
+        .await
+        .expect("the server's first line");
+    let base = line
+        .strip_prefix("durable-mcp listening on ")
+        .and_then(|url| url.strip_suffix("mcp"))
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+
+    let http = reqwest::Client::new();
+    let get = async |path: &str, etag: Option<&str>| {
+        let mut request = http.get(format!("{base}{path}"));
+        if let Some(etag) = etag {
+            request = request.header("if-none-match", etag);
+        }
+        within(IO_TIMEOUT, path, request.send()).await.unwrap()
+    };
+    let page = get("", None).await;
+    assert_eq!(page.status(), 200);
+    assert_eq!(page.headers()["content-type"], "text/html");
+    let page = page.text().await.unwrap();
+    let wasm = page
+        .split(['"', '\'', '/'])
+        .find(|part| part.starts_with("durable-web-") && part.ends_with("_bg.wasm"))
+        .unwrap_or_else(|| panic!("no wasm named in the page:\n{page}"))
+        .to_owned();
+    let module = get(&wasm, None).await;
+    assert_eq!(module.status(), 200);
+    // The content type the browser's streaming compilation insists on.
+    assert_eq!(module.headers()["content-type"], "application/wasm");
+    let etag = module.headers()["etag"].to_str().unwrap().to_owned();
+    assert!(module.bytes().await.unwrap().starts_with(b"\0asm"));
+    assert_eq!(get(&wasm, Some(&etag)).await.status(), 304);
+    // A client-side route gets the page, as from a directory.
+    let route = get("tasks/any", None).await;
+    assert_eq!(route.status(), 200);
+    assert_eq!(route.text().await.unwrap(), page);
+
+    let browser = Browser::start().await;
+    browser.goto(&base).await;
+    browser
+        .wait_text("[data-test=conn]", |t| t == "connected")
+        .await;
+    let errors = browser.js("return window.__errors;").await;
+    assert_eq!(errors, serde_json::json!([]));
 }

@@ -42,7 +42,7 @@ pub fn config(db: &Path, data: &Path) -> Config {
         allowed_origins: Vec::new(),
         allowed_hosts: Vec::new(),
         max_body_bytes: 1024 * 1024,
-        dashboard_dir: data.join("no-dashboard"),
+        dashboard_dir: Some(data.join("no-dashboard")),
         shutdown_grace: Duration::from_secs(5),
         auth: None,
         limits: Default::default(),

@@ -10,6 +10,7 @@
 mod authorize;
 mod batch;
 mod body_limit;
+mod dashboard;
 mod origin;
 mod resume;
 mod stateless;
@@ -24,7 +25,6 @@ use axum::Router;
 use axum::extract::Request;
 use axum::http::{HeaderName, HeaderValue, Method, header};
 use axum::middleware::from_fn_with_state;
-use axum::response::Html;
 use axum::routing::{any, get};
 use axum::serve::ListenerExt;
 use durable_shared::TaskStatus;
@@ -36,7 +36,6 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::limit::RequestBodyLimitLayer;
-use tower_http::services::{ServeDir, ServeFile};
 use tower_http::trace::TraceLayer;
 
 use crate::auth::Verifier;
@@ -331,7 +330,7 @@ fn router(
             .with_state(verifier);
         app = app.merge(metadata);
     }
-    app.fallback_service(dashboard(config))
+    app.fallback_service(dashboard::router(config.dashboard_dir.as_deref()))
         .layer(cors(&origins))
         .layer(TraceLayer::new_for_http().make_span_with(request_span))
 }
@@ -485,26 +484,6 @@ fn cors(origins: &[String]) -> CorsLayer {
             HeaderName::from_static("mcp-session-id"),
             header::WWW_AUTHENTICATE,
         ])
-}
-
-/// The built dashboard with single-page-app fallback, or a page saying how to build it.
-fn dashboard(config: &Config) -> Router {
-    let dir = &config.dashboard_dir;
-    let index = dir.join("index.html");
-    if index.is_file() {
-        tracing::info!(dir = %dir.display(), "serving the dashboard");
-        return Router::new().fallback_service(ServeDir::new(dir).fallback(ServeFile::new(index)));
-    }
-    tracing::warn!(dir = %dir.display(), "no dashboard build found; / explains how to build it");
-    let page = format!(
-        "<!doctype html><title>durable-mcp</title><h1>durable-mcp</h1>\
-         <p>The MCP endpoint is at <code>/mcp</code>.</p>\
-         <p>No dashboard build was found in <code>{}</code>. Build it with \
-         <code>trunk build --release</code> (see the README), or point \
-         <code>--dashboard-dir</code> at one.</p>",
-        dir.display()
-    );
-    Router::new().fallback(get(move || async move { Html(page) }))
 }
 
 #[cfg(test)]
