@@ -18,32 +18,37 @@ pub const UI_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub struct Browser {
     pub client: Client,
-    _driver: Driver,
+    _driver: ProcessGroup,
     _profile: tempfile::TempDir,
 }
 
-/// A chromedriver in its own process group; dropping it kills chromedriver and every Chromium
-/// it started.
-struct Driver {
-    /// Kept to be dropped: `kill_on_drop` kills chromedriver itself and tokio reaps it.
+/// A child in its own process group (chromedriver, Trunk); dropping it kills the child and
+/// every process it started (Chromium; cargo and wasm-bindgen).
+pub(crate) struct ProcessGroup {
+    /// Kept to be dropped: `kill_on_drop` kills the child itself and tokio reaps it.
     _child: Child,
-    /// Chromedriver's pid, which is also its process group's id.
+    /// The child's pid, which is also its process group's id.
     group: Pid,
 }
 
-impl Driver {
-    fn spawn(command: &mut Command) -> std::io::Result<Driver> {
+impl ProcessGroup {
+    pub(crate) fn spawn(command: &mut Command) -> std::io::Result<ProcessGroup> {
         let child = command.process_group(0).kill_on_drop(true).spawn()?;
         let pid = child.id().expect("a child just spawned has a pid");
         let group = Pid::from_raw(i32::try_from(pid).expect("a pid fits in pid_t"));
-        Ok(Driver {
+        Ok(ProcessGroup {
             _child: child,
             group,
         })
     }
+
+    /// The child's pid.
+    pub(crate) fn pid(&self) -> i32 {
+        self.group.as_raw()
+    }
 }
 
-impl Drop for Driver {
+impl Drop for ProcessGroup {
     fn drop(&mut self) {
         let _ = killpg(self.group, Signal::SIGKILL);
     }
@@ -76,7 +81,7 @@ impl Browser {
 
     async fn try_start() -> Result<Browser, String> {
         let port = free_port();
-        let driver = Driver::spawn(
+        let driver = ProcessGroup::spawn(
             Command::new("chromedriver")
                 .arg(format!("--port={port}"))
                 .stdout(Stdio::null())

@@ -6,12 +6,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures::StreamExt;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use serde_json::json;
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 
-use crate::browser::Browser;
+use crate::browser::{Browser, ProcessGroup};
 use crate::{Client, Server, TASK_LIMIT, within};
 
 /// The workspace's root directory.
@@ -104,8 +102,7 @@ pub const TRUNK_BUILD_LIMIT: Duration = Duration::from_secs(900);
 /// into `dir`, so that it neither needs port 8080 nor replaces `web/dist`. Trunk runs in a
 /// process group of its own, which dropping this kills with its cargo and wasm-bindgen.
 pub struct TrunkServe {
-    _child: Child,
-    group: Pid,
+    trunk: ProcessGroup,
     pub port: u16,
     log: PathBuf,
 }
@@ -118,7 +115,8 @@ impl TrunkServe {
         std::fs::write(&config, trunk_config(&root, dir, backend)).expect("writing Trunk.toml");
         let log = dir.join("trunk.log");
         let output = std::fs::File::create(&log).expect("trunk log file");
-        let child = Command::new("trunk")
+        let mut command = Command::new("trunk");
+        command
             .args(["serve", "--config"])
             .arg(&config)
             .current_dir(&root)
@@ -126,18 +124,14 @@ impl TrunkServe {
             .env("TRUNK_SKIP_VERSION_CHECK", "true")
             .env("NO_COLOR", "true")
             .stdout(output.try_clone().expect("trunk log file"))
-            .stderr(output)
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .expect("starting trunk (scripts/setup installs it)");
-        let pid = child.id().expect("a child just spawned has a pid");
+            .stderr(output);
         let mut trunk = TrunkServe {
-            _child: child,
-            group: Pid::from_raw(i32::try_from(pid).expect("a pid fits in pid_t")),
+            trunk: ProcessGroup::spawn(&mut command)
+                .expect("starting trunk (scripts/setup installs it)"),
             port: 0,
             log,
         };
+        let pid = trunk.trunk.pid();
         let http = reqwest::Client::new();
         let served = async {
             loop {
@@ -186,12 +180,6 @@ impl TrunkServe {
     }
 }
 
-impl Drop for TrunkServe {
-    fn drop(&mut self) {
-        let _ = killpg(self.group, Signal::SIGKILL);
-    }
-}
-
 /// The workspace's `Trunk.toml` with what a test changes: absolute paths (the copy lives in
 /// `dir`, and Trunk resolves paths from its config's directory), the build in `dir`, port 0 and
 /// the one proxy to `backend`.
@@ -228,7 +216,7 @@ fn path_with_tools(root: &Path) -> std::ffi::OsString {
 /// The TCP port process `pid` listens on, from `/proc`: the port of a listening socket among
 /// its open files. Hand-written because Trunk, given port 0, prints 0 rather than the port it
 /// got.
-fn listening_port(pid: u32) -> Option<u16> {
+fn listening_port(pid: i32) -> Option<u16> {
     let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .ok()?
         .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())

@@ -107,32 +107,42 @@ pub async fn within<T>(limit: Duration, what: &str, future: impl Future<Output =
 pub fn server_binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(|| {
-        let exe = std::env::current_exe().expect("test executable path");
-        // target/<profile>/deps/<test> -> target/<profile>
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("test executable lives in target/<profile>/deps");
-        let release = profile_dir
-            .file_name()
-            .is_some_and(|name| name == "release");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut build = std::process::Command::new(cargo);
-        build.args([
-            "build",
-            "--quiet",
-            "-p",
-            "durable-mcp",
-            "--bin",
-            "durable-mcp",
-        ]);
-        if release {
-            build.arg("--release");
-        }
+        let (mut build, binary) = server_build(&[]);
         let status = build.status().expect("running cargo build for durable-mcp");
         assert!(status.success(), "cargo build of durable-mcp failed");
-        profile_dir.join("durable-mcp")
+        binary
     })
+}
+
+/// The `cargo build` of the `durable-mcp` binary with `features`, in the profile and target
+/// directory of this test process, and the path the binary lands at.
+pub fn server_build(features: &[&str]) -> (std::process::Command, PathBuf) {
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/<test> -> target/<profile>
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test executable lives in target/<profile>/deps");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut build = std::process::Command::new(cargo);
+    build.args([
+        "build",
+        "--quiet",
+        "-p",
+        "durable-mcp",
+        "--bin",
+        "durable-mcp",
+    ]);
+    if !features.is_empty() {
+        build.arg("--features").arg(features.join(","));
+    }
+    if profile_dir
+        .file_name()
+        .is_some_and(|name| name == "release")
+    {
+        build.arg("--release");
+    }
+    (build, profile_dir.join("durable-mcp"))
 }
 
 /// The environment variable choosing the backend the suites run their servers on: `sqlite`

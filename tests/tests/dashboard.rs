@@ -8,14 +8,19 @@ use durable_shared::EventId;
 use durable_tests::browser::{Browser, UI_TIMEOUT};
 use durable_tests::dashboard::{TrunkServe, dist, finished_tasks, server, watch_rows};
 use durable_tests::proxy::Proxy;
-use durable_tests::{Client, IO_TIMEOUT, Server, stdout_lines, wait_progress};
+use durable_tests::{Client, IO_TIMEOUT, Server, server_build, stdout_lines, wait_progress};
 use durable_tests::{output_within, within};
 use fantoccini::Locator;
 
 /// A browser showing `server`'s dashboard, connected.
 async fn open(server: &Server) -> Browser {
+    open_at(&format!("http://{}/", server.addr)).await
+}
+
+/// A browser showing the dashboard at `url`, connected.
+async fn open_at(url: &str) -> Browser {
     let browser = Browser::start().await;
-    browser.goto(&format!("http://{}/", server.addr)).await;
+    browser.goto(url).await;
     browser
         .wait_text("[data-test=conn]", |t| t == "connected")
         .await;
@@ -201,11 +206,7 @@ async fn stored_ids(browser: &Browser) -> (String, String) {
 async fn the_dashboard_runs_steers_and_survives_a_reload() {
     let (_dir, server) = server(&["--time-scale", "0.02"]).await;
     let base = format!("http://{}/", server.addr);
-    let browser = Browser::start().await;
-    browser.goto(&base).await;
-    browser
-        .wait_text("[data-test=conn]", |t| t == "connected")
-        .await;
+    let browser = open_at(&base).await;
     let (client_id, session) = stored_ids(&browser).await;
     assert!(client_id.starts_with("web-"), "{client_id}");
     assert_eq!(browser.text("[data-test=client-id]").await, client_id);
@@ -910,11 +911,7 @@ async fn trunk_serve_runs_the_dashboard_against_a_server_through_its_proxy() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path(), &["--time-scale", "0.02"]).await;
     let trunk = TrunkServe::start(dir.path(), &server.mcp_url()).await;
-    let browser = Browser::start().await;
-    browser.goto(&trunk.url()).await;
-    browser
-        .wait_text("[data-test=conn]", |t| t == "connected")
-        .await;
+    let browser = open_at(&trunk.url()).await;
     let task = start(
         &browser,
         "start_batch_processing",
@@ -948,39 +945,13 @@ const EMBEDDED_BUILD_LIMIT: std::time::Duration = std::time::Duration::from_secs
 /// target directory: only the server crate and the dashboard are built again) and copies it
 /// into `dir`. The copy is what runs: the other suites' builds put the plain binary back.
 async fn binary_with_embedded_dashboard(dir: &std::path::Path) -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let release = exe
-        .parent()
-        .and_then(std::path::Path::parent)
-        .and_then(std::path::Path::file_name)
-        .is_some_and(|name| name == "release");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut build = tokio::process::Command::new(cargo);
-    build.args([
-        "build",
-        "-p",
-        "durable-mcp",
-        "--bin",
-        "durable-mcp",
-        "--features",
-        "embedded-dashboard",
-        "--message-format=json-render-diagnostics",
-    ]);
-    if release {
-        build.arg("--release");
-    }
-    let output = output_within(&mut build, EMBEDDED_BUILD_LIMIT).await;
+    let (build, built) = server_build(&["embedded-dashboard"]);
+    let output = output_within(&mut build.into(), EMBEDDED_BUILD_LIMIT).await;
     assert!(
         output.status.success(),
         "the build with the embedded dashboard failed:\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let built = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|message| message["target"]["name"] == "durable-mcp")
-        .find_map(|message| message["executable"].as_str().map(std::path::PathBuf::from))
-        .expect("cargo names the durable-mcp executable it built");
     let copy = dir.join("durable-mcp");
     std::fs::copy(&built, &copy).expect("copying the binary");
     copy
@@ -1040,11 +1011,7 @@ async fn the_binary_with_the_dashboard_built_in_serves_it_from_any_directory() {
     assert_eq!(route.status(), 200);
     assert_eq!(route.text().await.unwrap(), page);
 
-    let browser = Browser::start().await;
-    browser.goto(&base).await;
-    browser
-        .wait_text("[data-test=conn]", |t| t == "connected")
-        .await;
+    let browser = open_at(&base).await;
     let errors = browser.js("return window.__errors;").await;
     assert_eq!(errors, serde_json::json!([]));
 }
