@@ -38,8 +38,17 @@ pub async fn server(extra: &[&str]) -> (tempfile::TempDir, Server) {
 }
 
 /// Starts `count` one-item batch tasks (16 calls at a time) and waits until all of them have
-/// completed, so that none of them changes any more.
+/// completed, so that none of them changes any more. Tasks that were unfinished before stay
+/// so meanwhile.
 pub async fn finished_tasks(client: &Client, count: usize) {
+    let unfinished = || async {
+        let stats = client.call_ok("get_server_stats", json!({})).await;
+        ["pending_tasks", "running_tasks"]
+            .iter()
+            .map(|field| stats[field].as_u64().unwrap_or(0))
+            .sum::<u64>()
+    };
+    let before = unfinished().await;
     let instant = json!({"batch_size": 1, "total_items": 1, "processing_delay": 0});
     futures::stream::iter(0..count)
         .map(|_| client.call_ok("start_batch_processing", instant.clone()))
@@ -47,15 +56,7 @@ pub async fn finished_tasks(client: &Client, count: usize) {
         .collect::<Vec<_>>()
         .await;
     within(TASK_LIMIT, "the tasks to finish", async {
-        loop {
-            let stats = client.call_ok("get_server_stats", json!({})).await;
-            let unfinished: u64 = ["pending_tasks", "running_tasks"]
-                .iter()
-                .map(|field| stats[field].as_u64().unwrap_or(0))
-                .sum();
-            if unfinished == 0 {
-                return;
-            }
+        while unfinished().await > before {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     })

@@ -202,3 +202,77 @@ async fn a_restored_session_hears_what_its_tasks_did_while_nothing_served_it() {
         })
         .await;
 }
+
+/// A restored session's list catches up beyond the list's newest page: the oldest of more than
+/// a page of tasks was cancelled while nothing served the session, and its resumed stream must
+/// carry that, not only the newest page's tasks.
+#[tokio::test]
+async fn a_restored_list_subscriber_hears_of_changes_beyond_the_newest_page() {
+    use durable_tests::dashboard::finished_tasks;
+    use durable_tests::raw::{EventExt, RawSession, Sse};
+
+    const PAGE: usize = 500;
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), &[]).await;
+    let session = RawSession::open(&server.mcp_url(), "2025-11-25").await;
+    let mut stream = Sse::new(session.get(None).await);
+    let priming = stream.next(IO_TIMEOUT).await.expect("priming event");
+    // Its first step waits an hour: it is running at the kill and changes only when cancelled.
+    let started = session
+        .call(
+            1,
+            "tools/call",
+            json!({"name": "start_batch_processing", "arguments":
+                   {"batch_size": 1, "total_items": 2, "processing_delay": 3600}}),
+        )
+        .await;
+    let oldest = started["structuredContent"]["task_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    session
+        .call(2, "resources/subscribe", json!({"uri": "task://list"}))
+        .await;
+    let client = Client::connect(&server.mcp_url(), None).await;
+    // A full page of newer tasks, so the oldest is on the list's second page.
+    finished_tasks(&client, PAGE).await;
+    client.close().await;
+    drop(stream);
+    server.kill9().await;
+    server.restart().await;
+    let client = Client::connect(&server.mcp_url(), None).await;
+    client
+        .call_ok("cancel_task", json!({"task_id": oldest}))
+        .await;
+    let cancelled = client.wait_terminal(&oldest, TASK_LIMIT).await;
+    assert_eq!(cancelled.status, TaskStatus::Cancelled);
+    client.close().await;
+
+    // The stored events are replayed first, then the session catches up on what no event says.
+    let mut resumed = Sse::new(session.get(priming.id.as_deref()).await);
+    let mut last_heard = None;
+    // Under the event wait's own limit, so that a stream gone quiet ends the loop.
+    while let Some(event) = resumed.next_or_idle(IO_TIMEOUT / 2).await {
+        if event.is_priming() {
+            continue;
+        }
+        let message = event.json();
+        if message["method"] != "notifications/resources/updated" {
+            continue;
+        }
+        let tasks: Vec<TaskInfo> =
+            serde_json::from_value(message["params"]["_meta"][TASK_LIST_META_KEY].clone())
+                .unwrap_or_default();
+        if let Some(task) = tasks.into_iter().find(|task| task.task_id == oldest) {
+            last_heard = Some(task.status);
+            if task.status == TaskStatus::Cancelled {
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        last_heard,
+        Some(TaskStatus::Cancelled),
+        "the resumed stream never told of the cancel"
+    );
+}

@@ -347,14 +347,8 @@ impl Forwarder {
                     }
                 },
                 Ok(TaskUri::List(status, _)) => {
-                    let owner = self.routes().list_filter(self.key);
-                    match self.engine().list(owner, status, None, LIST_LIMIT).await {
-                        Ok(tasks) => Some(meta(TASK_LIST_META_KEY, to_json(&tasks))),
-                        Err(e) => {
-                            tracing::warn!(error = %e, uri, "cannot resynchronise a subscription");
-                            None
-                        }
-                    }
+                    self.resync_list(&uri, status, since_ms).await?;
+                    continue;
                 }
                 // Other schemes never change.
                 Err(_) => continue,
@@ -399,6 +393,55 @@ impl Forwarder {
                     self.task_status(handle).await?;
                 }
             }
+        }
+    }
+
+    /// A subscribed list's current state: its newest page, then every older task of it that
+    /// changed since `since_ms` (each one, for a restored session), a page at most per
+    /// notification. Only the newest page would leave an older task that changed meanwhile
+    /// stale wherever the list is shown.
+    async fn resync_list(
+        &self,
+        uri: &str,
+        status: Option<TaskStatus>,
+        since_ms: i64,
+    ) -> Result<(), ServiceError> {
+        let owner = self.routes().list_filter(self.key);
+        let mut after = None;
+        let mut newest = true;
+        loop {
+            let page = match self
+                .engine()
+                .list(owner.clone(), status, after, LIST_LIMIT)
+                .await
+            {
+                Ok(page) => page,
+                Err(e) => {
+                    tracing::warn!(error = %e, uri, "cannot resynchronise a subscription");
+                    // Without the tasks: the subscriber can still read the list back.
+                    return self.resource_updated(uri, None).await;
+                }
+            };
+            // A new listener's resync (since `i64::MAX`) wants the newest page only.
+            let last_page = page.len() < LIST_LIMIT || since_ms == i64::MAX;
+            after = page
+                .last()
+                .map(|task| (task.created_at.timestamp_millis(), task.task_id.clone()));
+            let tasks: Vec<_> = if newest {
+                page
+            } else {
+                page.into_iter()
+                    .filter(|task| task.updated_at.timestamp_millis() >= since_ms)
+                    .collect()
+            };
+            if newest || !tasks.is_empty() {
+                let meta = meta(TASK_LIST_META_KEY, to_json(&tasks));
+                self.resource_updated(uri, Some(meta)).await?;
+            }
+            if last_page {
+                return Ok(());
+            }
+            newest = false;
         }
     }
 
