@@ -22,8 +22,10 @@
 //! | `durable_process_resident_bytes` | gauge | the process's resident memory |
 
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tokio_util::sync::CancellationToken;
 
 pub const TASKS: &str = "durable_tasks";
 pub const STEPS_COMMITTED: &str = "durable_steps_committed_total";
@@ -67,6 +69,22 @@ pub fn recorder() -> &'static PrometheusHandle {
         handle
     })
 }
+
+/// Drains the recorded histogram samples into their summaries every few seconds, until
+/// `shutdown`. `build_recorder` leaves this to its user: without it every sample stays in
+/// memory until the next scrape, so a server nobody scrapes grows with every step it commits.
+pub async fn upkeep(shutdown: CancellationToken) {
+    let mut ticks = tokio::time::interval(UPKEEP_EVERY);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticks.tick() => recorder().run_upkeep(),
+        }
+    }
+}
+
+/// How often [`upkeep`] runs: the exporter's own upkeep task's default.
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// The process's resident memory, from `/proc/self/status` (Linux); `None` elsewhere.
 pub fn resident_bytes() -> Option<u64> {

@@ -122,6 +122,7 @@ pub async fn app(config: &Config, shutdown: &CancellationToken) -> anyhow::Resul
         .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
     // Installed before anything is recorded, so that /metrics counts from the start.
     telemetry::recorder();
+    tokio::spawn(telemetry::upkeep(shutdown.child_token()));
     let verifier = match &config.auth {
         Some(auth) => Some(
             Verifier::load(auth.clone())
