@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use durable_shared::{TASK_LIST_META_KEY, TaskInfo, TaskStatus};
+use durable_tests::raw::RawSession;
 use durable_tests::{Client, IO_TIMEOUT, Note, Server, eventually, states, within};
 use serde_json::json;
 
@@ -22,6 +23,21 @@ fn resyncs(client: &Client) -> usize {
                 if meta.get(TASK_LIST_META_KEY).is_some())
         })
         .count()
+}
+
+/// Starts a batch task on a raw session with `arguments`; its task id.
+async fn start_batch(session: &RawSession, id: u64, arguments: serde_json::Value) -> String {
+    let started = session
+        .call(
+            id,
+            "tools/call",
+            json!({"name": "start_batch_processing", "arguments": arguments}),
+        )
+        .await;
+    started["structuredContent"]["task_id"]
+        .as_str()
+        .expect("a task id")
+        .to_owned()
 }
 
 fn milestones(client: &Client) -> Vec<String> {
@@ -154,7 +170,7 @@ async fn a_session_that_falls_behind_ends_with_the_current_state_of_every_task()
 #[tokio::test]
 async fn a_restored_session_hears_what_its_tasks_did_while_nothing_served_it() {
     use durable_shared::{TASK_META_KEY, status_uri};
-    use durable_tests::raw::{RawSession, Sse};
+    use durable_tests::raw::Sse;
 
     let dir = tempfile::tempdir().unwrap();
     let mut server = Server::start(dir.path(), &["--time-scale", "0.02"]).await;
@@ -162,18 +178,12 @@ async fn a_restored_session_hears_what_its_tasks_did_while_nothing_served_it() {
     let mut stream = Sse::new(session.get(None).await);
     stream.next(IO_TIMEOUT).await.expect("priming event");
     // 0.1 s a step, 30 steps: running at the kill, done before the session comes back.
-    let started = session
-        .call(
-            1,
-            "tools/call",
-            json!({"name": "start_batch_processing", "arguments":
-                   {"batch_size": 1, "total_items": 30, "processing_delay": 5}}),
-        )
-        .await;
-    let task_id = started["structuredContent"]["task_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let task_id = start_batch(
+        &session,
+        1,
+        json!({"batch_size": 1, "total_items": 30, "processing_delay": 5}),
+    )
+    .await;
     session
         .call(
             2,
@@ -208,8 +218,9 @@ async fn a_restored_session_hears_what_its_tasks_did_while_nothing_served_it() {
 /// carry that, not only the newest page's tasks.
 #[tokio::test]
 async fn a_restored_list_subscriber_hears_of_changes_beyond_the_newest_page() {
+    use durable_shared::TaskList;
     use durable_tests::dashboard::finished_tasks;
-    use durable_tests::raw::{EventExt, RawSession, Sse};
+    use durable_tests::raw::{EventExt, Sse};
 
     const PAGE: usize = 500;
     let dir = tempfile::tempdir().unwrap();
@@ -218,24 +229,23 @@ async fn a_restored_list_subscriber_hears_of_changes_beyond_the_newest_page() {
     let mut stream = Sse::new(session.get(None).await);
     let priming = stream.next(IO_TIMEOUT).await.expect("priming event");
     // Its first step waits an hour: it is running at the kill and changes only when cancelled.
-    let started = session
-        .call(
-            1,
-            "tools/call",
-            json!({"name": "start_batch_processing", "arguments":
-                   {"batch_size": 1, "total_items": 2, "processing_delay": 3600}}),
-        )
-        .await;
-    let oldest = started["structuredContent"]["task_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let oldest = start_batch(
+        &session,
+        1,
+        json!({"batch_size": 1, "total_items": 2, "processing_delay": 3600}),
+    )
+    .await;
     session
         .call(2, "resources/subscribe", json!({"uri": "task://list"}))
         .await;
     let client = Client::connect(&server.mcp_url(), None).await;
     // A full page of newer tasks, so the oldest is on the list's second page.
     finished_tasks(&client, PAGE).await;
+    let first_page: TaskList = serde_json::from_value(client.read("task://list").await).unwrap();
+    assert!(
+        first_page.next_page.is_some() && first_page.tasks.iter().all(|t| t.task_id != oldest),
+        "the oldest task must be beyond the first page for this test to mean anything"
+    );
     client.close().await;
     drop(stream);
     server.kill9().await;

@@ -427,13 +427,10 @@ impl Forwarder {
             after = page
                 .last()
                 .map(|task| (task.created_at.timestamp_millis(), task.task_id.clone()));
-            let tasks: Vec<_> = if newest {
-                page
-            } else {
-                page.into_iter()
-                    .filter(|task| task.updated_at.timestamp_millis() >= since_ms)
-                    .collect()
-            };
+            let tasks: Vec<_> = page
+                .into_iter()
+                .filter(|task| newest || task.updated_at.timestamp_millis() >= since_ms)
+                .collect();
             if newest || !tasks.is_empty() {
                 let meta = meta(TASK_LIST_META_KEY, to_json(&tasks));
                 self.resource_updated(uri, Some(meta)).await?;
