@@ -825,10 +825,12 @@ async fn one_of_two_thousand_tasks_changing_touches_only_its_own_row() {
     assert_eq!(shown[0], (watched.clone(), "running".to_owned()));
     let (_, session) = stored_ids(&browser).await;
 
-    watch_rows(&browser).await;
+    // Counted before the rows are watched: a step drawn between the two would otherwise be a
+    // change the watch sees (one step alone touches five nodes of its row) but the count missed.
     let renders_before = browser
         .js("return window.wasmBindings.row_renders();")
         .await;
+    watch_rows(&browser).await;
     browser
         .wait_for("a few steps of the watched task in its row", || async {
             let touched = browser
