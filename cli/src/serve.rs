@@ -133,6 +133,14 @@ pub struct ServeArgs {
     #[arg(long, env = "DURABLE_MCP_SESSION_TTL", default_value = "1h", value_parser = humantime::parse_duration)]
     pub session_ttl: Duration,
 
+    /// An MCP session with no request, no open stream, no call in progress and nothing it
+    /// follows (subscriptions, its client's unfinished tasks) for this long leaves memory,
+    /// where rmcp keeps about 70 KiB of it: it stays stored, and its next request restores it
+    /// (about a millisecond, once), so a server's memory follows the sessions in use, not the
+    /// sessions open.
+    #[arg(long, env = "DURABLE_MCP_SESSION_DORMANT_AFTER", default_value = "1m", value_parser = humantime::parse_duration)]
+    pub session_dormant_after: Duration,
+
     /// Stored SSE events older than this are deleted even while their session lives; resuming
     /// from before then gets 410.
     #[arg(long, env = "DURABLE_MCP_EVENT_MAX_AGE", default_value = "24h", value_parser = humantime::parse_duration)]
@@ -221,6 +229,7 @@ impl ServeArgs {
             max_running_tasks: self.max_running_tasks,
             notification_buffer: self.notification_buffer,
             session_ttl: self.session_ttl,
+            session_dormant_after: self.session_dormant_after,
             event_max_age: self.event_max_age,
             sse_retry: self.sse_retry,
             sse_keep_alive: self.sse_keep_alive,

@@ -233,6 +233,7 @@ fn config(dir: &std::path::Path) -> Config {
         max_running_tasks: 2,
         notification_buffer: 64,
         session_ttl: hour,
+        session_dormant_after: Duration::from_secs(60),
         event_max_age: hour,
         sse_retry: Duration::from_secs(3),
         sse_keep_alive: Duration::from_secs(15),

@@ -38,6 +38,10 @@ pub struct Config {
     /// An MCP session with no request and no open stream for this long is deleted with its
     /// stored events; its client gets 404 and initializes again.
     pub session_ttl: Duration,
+    /// An MCP session with no request, no open stream, no call in progress and nothing it
+    /// follows (subscriptions, its client's unfinished tasks) for this long leaves memory; it
+    /// stays stored, and its next request restores it as a restart would.
+    pub session_dormant_after: Duration,
     /// Stored SSE events older than this are deleted even while their session lives; resuming
     /// from before then gets 410.
     pub event_max_age: Duration,

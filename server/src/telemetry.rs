@@ -17,6 +17,7 @@
 //! | `durable_events_replayed_total` | counter | stored SSE events sent again to a resuming client |
 //! | `durable_open_streams` | gauge | SSE responses open now |
 //! | `durable_sessions` | gauge | MCP sessions this process knows of (open or restored) |
+//! | `durable_sessions_slept_total` | counter | dormant sessions taken out of memory (each stays stored; its next request restores it) |
 //! | `durable_router_lagged_events_total` | counter | engine events the notification router missed (each makes every session resynchronise) |
 //! | `durable_forwarder_resyncs_total` | counter | times a session's notifications fell behind and were resynchronised |
 //! | `durable_process_resident_bytes` | gauge | the process's resident memory |
@@ -38,6 +39,7 @@ pub const EVENTS_APPENDED: &str = "durable_events_appended_total";
 pub const EVENTS_REPLAYED: &str = "durable_events_replayed_total";
 pub const OPEN_STREAMS: &str = "durable_open_streams";
 pub const SESSIONS: &str = "durable_sessions";
+pub const SESSIONS_SLEPT: &str = "durable_sessions_slept_total";
 pub const ROUTER_LAGGED_EVENTS: &str = "durable_router_lagged_events_total";
 pub const FORWARDER_RESYNCS: &str = "durable_forwarder_resyncs_total";
 pub const PROCESS_RESIDENT_BYTES: &str = "durable_process_resident_bytes";

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use durable_shared::TASK_META_KEY;
+use durable_tests::proxy::Proxy;
 use durable_tests::raw::{Event, EventExt, RawSession, Sse};
 use durable_tests::{IO_TIMEOUT, Server, within};
 use serde_json::{Value, json};
@@ -422,6 +423,120 @@ async fn expired_events_get_410_and_idle_sessions_expire_to_404() {
         }
     })
     .await;
+}
+
+/// Waits until the server has put `count` dormant sessions to sleep.
+async fn until_slept(server: &Server, count: f64) {
+    within(
+        Duration::from_secs(20),
+        "dormant sessions to sleep",
+        async {
+            while server.metrics().await.get("durable_sessions_slept_total") < Some(count) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        },
+    )
+    .await;
+}
+
+/// A session that does nothing for a while leaves memory and comes back on its next request
+/// as if nothing had happened: the same session id, many requests at once all answered, its
+/// standalone stream resumed from before and live again.
+#[tokio::test]
+async fn a_dormant_session_leaves_memory_and_its_next_requests_bring_it_back() {
+    let (_dir, server) = server(&["--session-dormant-after", "300ms", "--time-scale", "0"]).await;
+    let session = RawSession::open(&server.mcp_url(), V_NEW).await;
+    session.call(1, "tools/call", start_batch(2)).await;
+    wait_completed(&session, 2).await;
+    let mut stream = Sse::new(session.get(None).await);
+    let priming = stream.next(IO_TIMEOUT).await.unwrap().id.unwrap();
+    drop(stream);
+    until_slept(&server, 1.0).await;
+
+    let answers =
+        futures::future::join_all((10..26).map(|id| session.try_answer(id, "ping", json!({}))))
+            .await;
+    let refused: Vec<u16> = answers.iter().filter_map(|a| a.clone().err()).collect();
+    assert!(refused.is_empty(), "refused {refused:?}");
+    let mut resumed = Sse::new(session.get(Some(&priming)).await);
+    let started = session.call(30, "tools/call", start_batch(1)).await;
+    let mut seen = Vec::new();
+    until_task(&mut resumed, &mut seen, &started).await;
+    assert_contiguous(&seen);
+}
+
+/// Only a session that neither follows nor awaits anything goes to sleep. One with a call in
+/// progress (its stream lost, its task another client's), one subscribed to a resource and one
+/// whose client's task runs all stay; the call's stream, resumed afterwards, carries its
+/// progress and result.
+#[tokio::test]
+async fn a_session_that_follows_or_awaits_something_stays_awake() {
+    let (_dir, server) = server(&["--session-dormant-after", "300ms", "--time-scale", "0.5"]).await;
+    let url = server.mcp_url();
+    let _quiet = RawSession::open(&url, V_NEW).await;
+    let subscriber = RawSession::open(&url, V_NEW).await;
+    subscriber
+        .call(1, "resources/subscribe", json!({"uri": "task://list"}))
+        .await;
+    let owner = RawSession::open(&url, V_NEW).await;
+    owner.call(1, "tools/call", start_batch(20)).await;
+    // The caller's connections go through a proxy that can cut them, as a lost network does
+    // (a client that merely stops reading leaves its connection open).
+    let proxy = Proxy::start(server.addr).await;
+    let caller = RawSession::open(&format!("http://{}/mcp", proxy.addr), V_NEW).await;
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "resumable_data_processing",
+        "arguments": {"dataset_name": "awaited", "total_records": 100, "batch_size": 10,
+                      "client_id": "someone-else"},
+        "_meta": {"progressToken": "awaited"}}});
+    let mut stream = Sse::new(caller.post(call).await);
+    let mut seen = stream
+        .until(IO_TIMEOUT, |message| {
+            message["params"]["progress"].as_f64() == Some(10.0)
+        })
+        .await;
+    proxy.cut();
+    drop(stream);
+    proxy.restore();
+    let caller = caller.reconnected();
+    // The caller's session now speaks for itself again, a client with no task.
+    let info = caller
+        .call(
+            2,
+            "tools/call",
+            json!({"name": "get_session_info", "arguments": {}}),
+        )
+        .await;
+    assert_ne!(
+        info["structuredContent"]["client_id"],
+        json!("someone-else")
+    );
+    // A session opened after the caller's last request: once it has slept, the caller has been
+    // quiet long enough too, and was asked.
+    let _quiet_later = RawSession::open(&url, V_NEW).await;
+    until_slept(&server, 2.0).await;
+    let resumed = caller
+        .get(Some(seen.last().unwrap().id.as_deref().unwrap()))
+        .await;
+    assert_eq!(resumed.status(), 200);
+    let missed = Sse::new(resumed)
+        .until(Duration::from_secs(30), |message| {
+            message.get("id") == Some(&json!(7))
+        })
+        .await;
+    let result = missed.last().unwrap().json();
+    assert_eq!(
+        result["result"]["structuredContent"]["total_processed"],
+        json!(100),
+        "{missed:#?}"
+    );
+    seen.extend(missed);
+    assert_contiguous(&seen);
+    assert_eq!(
+        server.metrics().await.get("durable_sessions_slept_total"),
+        Some(2.0),
+        "only the quiet sessions slept"
+    );
 }
 
 #[tokio::test]

@@ -36,6 +36,7 @@ pub fn config(db: &Path, data: &Path) -> Config {
         max_running_tasks: 32,
         notification_buffer: 1024,
         session_ttl: hour,
+        session_dormant_after: Duration::from_secs(60),
         event_max_age: 24 * hour,
         sse_retry: Duration::from_secs(3),
         sse_keep_alive: Duration::from_secs(15),

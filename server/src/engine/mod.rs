@@ -845,6 +845,11 @@ impl Engine {
         }
     }
 
+    /// How many of `owner`'s tasks are unfinished (pending, running, paused, waiting for input).
+    pub async fn unfinished_tasks_of(&self, owner: &str) -> Result<u64, EngineError> {
+        Ok(self.inner.store.unfinished_tasks_of(owner).await?)
+    }
+
     pub async fn get(&self, task_id: &str) -> Result<TaskInfo, EngineError> {
         self.inner
             .store

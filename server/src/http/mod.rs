@@ -157,9 +157,22 @@ pub async fn app(config: &Config, shutdown: &CancellationToken) -> anyhow::Resul
     engine.spawn_retention(config.retention, config.retention_interval);
     let streams = StreamStore::new(store.clone(), &config.node_id, shutdown.child_token());
     let sessions = Arc::new(session_manager(config, &streams));
+    let task_ttl = TaskTtl {
+        default: DEFAULT_TASK_TTL.min(config.retention),
+        max: config.retention,
+    };
+    let shared = Shared::new(
+        engine.clone(),
+        streams.clone(),
+        task_ttl,
+        config.notification_buffer,
+        config.limits.clone(),
+        shutdown.clone(),
+    );
     tokio::spawn(sweep_sessions(
         streams.clone(),
         sessions.clone(),
+        shared.clone(),
         config.clone(),
         shutdown.child_token(),
     ));
@@ -171,7 +184,7 @@ pub async fn app(config: &Config, shutdown: &CancellationToken) -> anyhow::Resul
 
     let router = router(
         config,
-        engine.clone(),
+        shared,
         streams.clone(),
         sessions,
         verifier,
@@ -197,15 +210,20 @@ fn session_manager(config: &Config, streams: &StreamStore) -> LocalSessionManage
     sessions
 }
 
-/// Deletes expired sessions (with their events) from the store and from rmcp's memory, and
-/// prunes old events, until shutdown.
+/// Deletes expired sessions (with their events) from the store and from rmcp's memory, prunes
+/// old events, and lets dormant sessions leave memory, until shutdown.
 async fn sweep_sessions(
     streams: StreamStore,
     sessions: Arc<LocalSessionManager>,
+    shared: Arc<Shared>,
     config: Config,
     shutdown: CancellationToken,
 ) {
-    let every = (config.session_ttl.min(config.event_max_age) / 10)
+    let every = (config
+        .session_ttl
+        .min(config.event_max_age)
+        .min(config.session_dormant_after)
+        / 10)
         .clamp(Duration::from_millis(100), Duration::from_secs(30));
     let mut ticks = tokio::time::interval(every);
     loop {
@@ -226,12 +244,53 @@ async fn sweep_sessions(
             }
             Err(e) => tracing::error!(error = %e, "session sweep failed"),
         }
+        let slept = put_to_sleep(&streams, &sessions, &shared, config.session_dormant_after).await;
+        if slept > 0 {
+            tracing::debug!(sessions = slept, "dormant sessions left memory");
+        }
     }
+}
+
+/// Closes in rmcp the sessions that have been dormant for `after` (see
+/// [`Config::session_dormant_after`]), keeping them stored; how many. rmcp holds about 70 KiB
+/// per session (its worker's channels and tasks), which made a thousand idle sessions most of a
+/// server's memory. A dormant session's next request restores it from the store, as after a
+/// restart: its subscriptions and state are stored, and it follows nothing live meanwhile.
+async fn put_to_sleep(
+    streams: &StreamStore,
+    sessions: &LocalSessionManager,
+    shared: &Shared,
+    after: Duration,
+) -> usize {
+    let resident: Vec<String> = sessions
+        .sessions
+        .read()
+        .await
+        .keys()
+        .map(|id| id.to_string())
+        .collect();
+    let mut slept = 0;
+    for id in streams.quiet_sessions(resident, after) {
+        // Asked first, without the session's gate: it may read the store.
+        if !shared.may_sleep(&id).await {
+            streams.still_awake(&id);
+            continue;
+        }
+        let closed = streams
+            .put_to_sleep(&id, async {
+                if let Err(e) = sessions.close_session(&id.clone().into()).await {
+                    tracing::debug!(session_id = id, error = %e, "dormant session was not open");
+                }
+            })
+            .await;
+        slept += usize::from(closed);
+    }
+    slept
 }
 
 fn router(
     config: &Config,
-    engine: Engine,
+    shared: Arc<Shared>,
     streams: StreamStore,
     sessions: Arc<LocalSessionManager>,
     verifier: Option<Arc<Verifier>>,
@@ -257,18 +316,6 @@ fn router(
         .with_sse_keep_alive(Some(config.sse_keep_alive))
         .with_cancellation_token(shutdown.child_token());
     transport.session_store = Some(Arc::new(streams.clone()));
-    let task_ttl = TaskTtl {
-        default: DEFAULT_TASK_TTL.min(config.retention),
-        max: config.retention,
-    };
-    let shared = Shared::new(
-        engine,
-        streams.clone(),
-        task_ttl,
-        config.notification_buffer,
-        config.limits.clone(),
-        shutdown.clone(),
-    );
     // Protocol 2026-07-28 has no sessions and no resumption, and a closed response stream
     // cancels its request: its requests get a service of their own without the event store
     // (see `stateless`), sharing everything else.

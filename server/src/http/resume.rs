@@ -123,6 +123,13 @@ pub async fn resumable(
         }
         _ => None,
     };
+    // The session is in use while rmcp serves the request, before any answer streams: a
+    // dormant session is put to sleep only with nothing open (see
+    // [`StreamStore::put_to_sleep`]). An SSE answer holds a stream of its own from below.
+    let _serving = session
+        .as_deref()
+        .filter(|_| version.is_some())
+        .map(|session| state.streams.open_stream(session, false));
     // A stored session's first request in this process runs alone (see
     // [`StreamStore::serving_gate`]).
     let mut first_request = None;

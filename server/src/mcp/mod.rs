@@ -18,7 +18,9 @@ mod routes;
 mod tasks;
 mod tools;
 
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::model::{
@@ -71,6 +73,8 @@ pub struct Shared {
     /// The in-request calls waiting for each task.
     waiters: crate::counts::Counts,
     limits: Limits,
+    /// The initialized sessions rmcp holds, by session id: what [`Shared::may_sleep`] asks.
+    resident: Mutex<HashMap<String, Weak<SessionState>>>,
 }
 
 impl Shared {
@@ -102,9 +106,47 @@ impl Shared {
             routes: routes::Routes::new(notification_buffer),
             waiters: crate::counts::Counts::default(),
             limits,
+            resident: Mutex::default(),
         });
         tokio::spawn(notify::route_events(shared.clone()));
         shared
+    }
+
+    /// Whether session `session_id` may leave memory (see `Config::session_dormant_after`):
+    /// nothing would reach it meanwhile that a restore does not make up for. So no call of it
+    /// is in progress and no question is being put to it (either would die with it), and it
+    /// follows nothing live: no subscription, and its client owns no unfinished task and holds
+    /// no handle on one (their milestones and statuses are sent to it as they happen). A
+    /// session not initialized yet stays.
+    pub async fn may_sleep(&self, session_id: &str) -> bool {
+        let session = {
+            let mut resident = self.resident.lock().expect("resident lock");
+            resident.retain(|_, session| session.strong_count() > 0);
+            resident.get(session_id).and_then(Weak::upgrade)
+        };
+        let Some(session) = session else {
+            return false;
+        };
+        let key = session.route.key;
+        if session.busy.load(Ordering::Acquire) > 0
+            || !session.asking.lock().expect("asking lock").is_empty()
+            || self.routes.subscription_count(key) > 0
+        {
+            return false;
+        }
+        let Some(client) = self.routes.client(key) else {
+            return true;
+        };
+        if self.routes.holds_handles(&client) {
+            return false;
+        }
+        match self.engine.unfinished_tasks_of(&client).await {
+            Ok(unfinished) => unfinished == 0,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot tell whether a quiet session follows tasks");
+                false
+            }
+        }
     }
 }
 
@@ -121,6 +163,25 @@ struct SessionState {
     asking: questions::Asking,
     /// The MCP session id, known once the session is initialized.
     session_id: std::sync::OnceLock<String>,
+    /// Its requests whose handler is running (see [`Busy`]).
+    busy: AtomicUsize,
+}
+
+/// Counts a request of a session as in progress until dropped: a session with one stays in
+/// memory, since its handler would die with it.
+struct Busy<'a>(&'a AtomicUsize);
+
+impl<'a> Busy<'a> {
+    fn of(session: &'a SessionState) -> Self {
+        session.busy.fetch_add(1, Ordering::AcqRel);
+        Busy(&session.busy)
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl DurableServer {
@@ -133,6 +194,7 @@ impl DurableServer {
             log_level: Arc::default(),
             asking: Arc::default(),
             session_id: std::sync::OnceLock::new(),
+            busy: AtomicUsize::new(0),
         };
         DurableServer {
             shared,
@@ -381,6 +443,11 @@ impl ServerHandler for DurableServer {
         };
         if let Some(session_id) = header("mcp-session-id") {
             let _ = self.session.session_id.set(session_id.clone());
+            self.shared
+                .resident
+                .lock()
+                .expect("resident lock")
+                .insert(session_id.clone(), Arc::downgrade(&self.session));
             match parts.and_then(|parts| parts.extensions.get::<Principal>()) {
                 Some(principal) => self.shared.routes.set_viewer(
                     self.key(),
@@ -436,6 +503,7 @@ impl ServerHandler for DurableServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        let _busy = Busy::of(&self.session);
         self.call_tool_with_tasks(request, context).await
     }
 
@@ -445,6 +513,7 @@ impl ServerHandler for DurableServer {
         request: CustomRequest,
         context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, McpError> {
+        let _busy = Busy::of(&self.session);
         self.private_request(&request.method, request.params, context)
             .await
             .map(CustomResult)

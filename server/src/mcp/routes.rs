@@ -293,6 +293,15 @@ impl Routes {
         (!listener.sees_all).then(|| listener.client.clone().unwrap_or_default())
     }
 
+    /// Whether `client` holds a handle on an unfinished task (its status changes are sent to it).
+    pub(super) fn holds_handles(&self, client: &str) -> bool {
+        self.index()
+            .handles
+            .values()
+            .flatten()
+            .any(|handle| handle.requester == client)
+    }
+
     pub(super) fn subscription_count(&self, key: SessionKey) -> usize {
         self.index()
             .sessions

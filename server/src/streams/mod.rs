@@ -110,6 +110,9 @@ struct Inner {
     standalone_opened: Notify,
     /// Sessions that made a request since the last sweep.
     seen: Mutex<HashSet<String>>,
+    /// When each session rmcp holds in memory was last active (a request or an open stream),
+    /// as of the last sweep: how long it has been dormant.
+    last_active: Mutex<HashMap<String, std::time::Instant>>,
     /// Per known session, whether rmcp serves it in this process yet (see
     /// [`StreamStore::serving_gate`]).
     serving: Mutex<HashMap<String, Arc<tokio::sync::Mutex<bool>>>>,
@@ -135,6 +138,7 @@ impl StreamStore {
                 standalone: Counts::default(),
                 standalone_opened: Notify::new(),
                 seen: Mutex::default(),
+                last_active: Mutex::default(),
                 serving: Mutex::default(),
                 restored: Mutex::default(),
                 instance: format!("{node}/{}", uuid::Uuid::new_v4()),
@@ -421,6 +425,11 @@ impl StreamStore {
             .expect("serving lock")
             .remove(session_id);
         self.take_restored(session_id);
+        self.inner
+            .last_active
+            .lock()
+            .expect("last active lock")
+            .remove(session_id);
     }
 
     /// Notes that a session made a request; the next sweep refreshes its last-seen time.
@@ -479,6 +488,13 @@ impl StreamStore {
         let mut active: Vec<String> = self.inner.seen.lock().expect("seen lock").drain().collect();
         let open: HashSet<String> = self.inner.open_streams.keys().into_iter().collect();
         active.extend(open.iter().cloned());
+        {
+            let now = std::time::Instant::now();
+            let mut last_active = self.inner.last_active.lock().expect("last active lock");
+            for id in &active {
+                last_active.insert(id.clone(), now);
+            }
+        }
         let store = &self.inner.store;
         if !active.is_empty() {
             store.touch_sessions(active).await?;
@@ -505,6 +521,66 @@ impl StreamStore {
             );
         }
         Ok(expired)
+    }
+
+    /// Which of the sessions rmcp holds in memory (`resident`) had no request and no open stream
+    /// for `after`, as of the last sweep. A session first met here is timed from now.
+    pub fn quiet_sessions(&self, resident: Vec<String>, after: Duration) -> Vec<String> {
+        let now = std::time::Instant::now();
+        let mut last_active = self.inner.last_active.lock().expect("last active lock");
+        let resident: HashSet<String> = resident.into_iter().collect();
+        last_active.retain(|id, _| resident.contains(id));
+        resident
+            .into_iter()
+            .filter(|id| {
+                let since = *last_active.entry(id.clone()).or_insert(now);
+                now.duration_since(since) >= after && self.inner.open_streams.get(id) == 0
+            })
+            .collect()
+    }
+
+    /// Times a quiet session that must stay in memory (it follows something, or a call of it is
+    /// in progress) from now again, so that it is asked once per dormancy period, not per sweep.
+    pub fn still_awake(&self, session_id: &str) {
+        if let Some(since) = self
+            .inner
+            .last_active
+            .lock()
+            .expect("last active lock")
+            .get_mut(session_id)
+        {
+            *since = std::time::Instant::now();
+        }
+    }
+
+    /// Runs `close`, which takes quiet session `session_id` out of rmcp's memory, unless a
+    /// request or a stream of it came since it was found quiet; whether it ran. It runs under
+    /// the session's serving gate, so no request of the session is between the gate and rmcp
+    /// meanwhile, and the session's next request is then served as a stored session's first
+    /// (see [`StreamStore::serving_gate`]), restoring it.
+    pub async fn put_to_sleep(&self, session_id: &str, close: impl Future<Output = ()>) -> bool {
+        let Ok(mut served) = self.serving_gate(session_id).try_lock_owned() else {
+            return false;
+        };
+        let woke = self
+            .inner
+            .seen
+            .lock()
+            .expect("seen lock")
+            .contains(session_id)
+            || self.inner.open_streams.get(session_id) > 0;
+        if woke {
+            return false;
+        }
+        close.await;
+        *served = false;
+        self.inner
+            .last_active
+            .lock()
+            .expect("last active lock")
+            .remove(session_id);
+        metrics::counter!(telemetry::SESSIONS_SLEPT).increment(1);
+        true
     }
 
     fn notifier(&self, token: &str) -> Arc<Notify> {
