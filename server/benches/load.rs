@@ -374,7 +374,14 @@ async fn memory(dir: &Path) {
     // A second process, with the tasks started before the sessions are opened: every open
     // session slows each start down (part 2), and what is measured is the state reached.
     let db = dir.join("tasks.db");
-    let mut server = Server::spawn(&db, &data).await;
+    let mut server = Server::start_as(
+        SERVE,
+        &db,
+        &data,
+        &[("DORMANT_AFTER", DORMANT_AFTER.to_string())],
+    )
+    .healthy()
+    .await;
     let driver = Session::open_with(http.clone(), server.url.clone()).await;
     let starting = Instant::now();
     start_tasks(&driver, CHILD_TASKS, SLEEPY_STEP).await;
@@ -402,8 +409,50 @@ async fn memory(dir: &Path) {
             opened.as_secs_f64()
         ),
     );
+    // The idle sessions go dormant; the driver's, whose client's tasks run, stays.
+    let sleeping = Instant::now();
+    let slept = until_slept(&http, &server.url, CHILD_SESSIONS).await;
+    let rss = server.rss_mib();
+    row(
+        &format!("{CHILD_TASKS} running tasks + {CHILD_SESSIONS} dormant sessions"),
+        mib(rss),
+        rss / idle,
+        &format!(
+            "target <= 64 MiB; {slept} slept within {:.1} s of --session-dormant-after {DORMANT_AFTER} s",
+            sleeping.elapsed().as_secs_f64()
+        ),
+    );
     server.kill().await;
     drop(sessions);
+}
+
+/// `--session-dormant-after` of part 3's second server, in seconds: short, so that the bench
+/// need not wait the default minute.
+const DORMANT_AFTER: f64 = 3.0;
+
+/// Waits (a minute at most) until the server at `mcp_url` has put `count` sessions to sleep;
+/// how many it had.
+async fn until_slept(http: &reqwest::Client, mcp_url: &str, count: usize) -> usize {
+    let metrics = mcp_url.replace("/mcp", "/metrics");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = http
+            .get(&metrics)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let slept = text
+            .lines()
+            .find_map(|line| line.strip_prefix("durable_sessions_slept_total "))
+            .map_or(0, |value| value.parse::<f64>().unwrap() as usize);
+        if slept >= count || Instant::now() > deadline {
+            return slept;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Part 4: SIGKILL a server with running tasks, restart it on the same database, and time

@@ -5,6 +5,7 @@ pub mod auth;
 pub mod config;
 pub mod counts;
 pub mod engine;
+pub mod heap;
 pub mod http;
 pub mod kinds;
 pub mod mcp;

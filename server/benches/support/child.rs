@@ -39,7 +39,8 @@ pub fn announce(address: impl std::fmt::Display) {
 
 /// The child's side of role [`SERVE`]: serves durable-mcp with the bench settings on `DB` and
 /// `DATA`, on `127.0.0.1:PORT` (0 when unset), with task delays scaled by `TIME_SCALE` (1, real
-/// seconds, when unset).
+/// seconds, when unset) and sessions dormant after `DORMANT_AFTER` seconds (the bench
+/// settings' when unset).
 pub fn serve() {
     exit_with_parent();
     // Warnings and errors on stderr, interleaved with the bench's report.
@@ -55,6 +56,10 @@ pub fn serve() {
         let mut config = super::config(&var("DB"), &var("DATA"));
         // The running-task limit stays at its default: a task that sleeps lends its slot out.
         config.time_scale = number("TIME_SCALE", "1").parse().expect("TIME_SCALE");
+        if let Ok(seconds) = std::env::var("DORMANT_AFTER") {
+            config.session_dormant_after =
+                std::time::Duration::from_secs_f64(seconds.parse().expect("DORMANT_AFTER"));
+        }
         let port: u16 = number("PORT", "0").parse().expect("PORT");
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
             .await

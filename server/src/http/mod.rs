@@ -247,6 +247,7 @@ async fn sweep_sessions(
         let slept = put_to_sleep(&streams, &sessions, &shared, config.session_dormant_after).await;
         if slept > 0 {
             tracing::debug!(sessions = slept, "dormant sessions left memory");
+            let _ = tokio::task::spawn_blocking(crate::heap::trim).await;
         }
     }
 }
