@@ -138,7 +138,7 @@ pub struct ServeArgs {
     /// where rmcp keeps about 70 KiB of it: it stays stored, and its next request restores it
     /// (about a millisecond, once), so a server's memory follows the sessions in use, not the
     /// sessions open.
-    #[arg(long, env = "DURABLE_MCP_SESSION_DORMANT_AFTER", default_value = "1m", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "DURABLE_MCP_SESSION_DORMANT_AFTER", default_value = "1m", value_parser = parse_dormancy)]
     pub session_dormant_after: Duration,
 
     /// Stored SSE events older than this are deleted even while their session lives; resuming
@@ -284,6 +284,16 @@ fn parse_at_least_one(text: &str) -> Result<usize, String> {
         Ok(value) => Ok(value),
         Err(_) => Err(format!("{text:?} is not a whole number")),
     }
+}
+
+/// A dormancy period of at least a second: a session put to sleep at every sweep would be
+/// restored at nearly every request.
+fn parse_dormancy(text: &str) -> Result<Duration, String> {
+    let period = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if period < Duration::from_secs(1) {
+        return Err("must be at least 1s".into());
+    }
+    Ok(period)
 }
 
 fn parse_time_scale(text: &str) -> Result<f64, String> {

@@ -444,7 +444,7 @@ async fn until_slept(server: &Server, count: f64) {
 /// standalone stream resumed from before and live again.
 #[tokio::test]
 async fn a_dormant_session_leaves_memory_and_its_next_requests_bring_it_back() {
-    let (_dir, server) = server(&["--session-dormant-after", "300ms", "--time-scale", "0"]).await;
+    let (_dir, server) = server(&["--session-dormant-after", "1s", "--time-scale", "0"]).await;
     let session = RawSession::open(&server.mcp_url(), V_NEW).await;
     session.call(1, "tools/call", start_batch(2)).await;
     wait_completed(&session, 2).await;
@@ -471,7 +471,7 @@ async fn a_dormant_session_leaves_memory_and_its_next_requests_bring_it_back() {
 /// progress and result.
 #[tokio::test]
 async fn a_session_that_follows_or_awaits_something_stays_awake() {
-    let (_dir, server) = server(&["--session-dormant-after", "300ms", "--time-scale", "0.5"]).await;
+    let (_dir, server) = server(&["--session-dormant-after", "1s", "--time-scale", "0.5"]).await;
     let url = server.mcp_url();
     let _quiet = RawSession::open(&url, V_NEW).await;
     let subscriber = RawSession::open(&url, V_NEW).await;
@@ -479,14 +479,15 @@ async fn a_session_that_follows_or_awaits_something_stays_awake() {
         .call(1, "resources/subscribe", json!({"uri": "task://list"}))
         .await;
     let owner = RawSession::open(&url, V_NEW).await;
-    owner.call(1, "tools/call", start_batch(20)).await;
+    // Running for the whole test: 40 steps of half a second.
+    owner.call(1, "tools/call", start_batch(40)).await;
     // The caller's connections go through a proxy that can cut them, as a lost network does
     // (a client that merely stops reading leaves its connection open).
     let proxy = Proxy::start(server.addr).await;
     let caller = RawSession::open(&format!("http://{}/mcp", proxy.addr), V_NEW).await;
     let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
         "name": "resumable_data_processing",
-        "arguments": {"dataset_name": "awaited", "total_records": 100, "batch_size": 10,
+        "arguments": {"dataset_name": "awaited", "total_records": 200, "batch_size": 10,
                       "client_id": "someone-else"},
         "_meta": {"progressToken": "awaited"}}});
     let mut stream = Sse::new(caller.post(call).await);
@@ -511,10 +512,24 @@ async fn a_session_that_follows_or_awaits_something_stays_awake() {
         info["structuredContent"]["client_id"],
         json!("someone-else")
     );
+    // The server has seen the cut: the caller has nothing open, only its call in progress.
+    within(IO_TIMEOUT, "the cut stream to close", async {
+        while server.metrics().await.get("durable_open_streams") != Some(0.0) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
     // A session opened after the caller's last request: once it has slept, the caller has been
-    // quiet long enough too, and was asked.
+    // quiet long enough too, and was asked. A few more dormancy periods, and still only the
+    // quiet sessions have slept.
     let _quiet_later = RawSession::open(&url, V_NEW).await;
     until_slept(&server, 2.0).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        server.metrics().await.get("durable_sessions_slept_total"),
+        Some(2.0),
+        "only the quiet sessions slept"
+    );
     let resumed = caller
         .get(Some(seen.last().unwrap().id.as_deref().unwrap()))
         .await;
@@ -527,16 +542,11 @@ async fn a_session_that_follows_or_awaits_something_stays_awake() {
     let result = missed.last().unwrap().json();
     assert_eq!(
         result["result"]["structuredContent"]["total_processed"],
-        json!(100),
+        json!(200),
         "{missed:#?}"
     );
     seen.extend(missed);
     assert_contiguous(&seen);
-    assert_eq!(
-        server.metrics().await.get("durable_sessions_slept_total"),
-        Some(2.0),
-        "only the quiet sessions slept"
-    );
 }
 
 #[tokio::test]

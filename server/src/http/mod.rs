@@ -28,6 +28,7 @@ use axum::middleware::from_fn_with_state;
 use axum::routing::{any, get};
 use axum::serve::ListenerExt;
 use durable_shared::TaskStatus;
+use rmcp::transport::common::server_side_http::SessionId;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{
     SessionManager, StreamableHttpServerConfig, StreamableHttpService,
@@ -270,24 +271,51 @@ async fn put_to_sleep(
         .keys()
         .map(|id| id.to_string())
         .collect();
+    shared.forget_ended_sessions();
     let mut slept = 0;
     for id in streams.quiet_sessions(resident, after) {
         // Asked first, without the session's gate: it may read the store.
-        if !shared.may_sleep(&id).await {
+        if !shared.may_sleep(&id, after).await {
             streams.still_awake(&id);
             continue;
         }
         let closed = streams
-            .put_to_sleep(&id, async {
-                if let Err(e) = sessions.close_session(&id.clone().into()).await {
-                    tracing::debug!(session_id = id, error = %e, "dormant session was not open");
-                }
-            })
+            .put_to_sleep(&id, close_and_wait(sessions, id.clone().into()))
             .await;
         slept += usize::from(closed);
     }
     slept
 }
+
+/// Ends session `id`'s worker in rmcp and waits until rmcp has let go of it. Not
+/// `close_session`, which forgets the session at once: rmcp's task that ran the worker
+/// forgets it again once the worker has ended, and were a request restoring the session by
+/// then, that late removal would close the restored one.
+async fn close_and_wait(sessions: &LocalSessionManager, id: SessionId) {
+    let Some(handle) = sessions.sessions.read().await.get(&id).cloned() else {
+        return;
+    };
+    if handle.close().await.is_err() {
+        // The worker had ended already; its task forgets the session.
+        tracing::debug!(session_id = %id, "dormant session's worker had ended");
+    }
+    let waiting = async {
+        while sessions.has_session(&id).await.unwrap_or(false) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    if tokio::time::timeout(WORKER_END_LIMIT, waiting)
+        .await
+        .is_err()
+    {
+        tracing::warn!(session_id = %id, "a dormant session's worker did not end; closing it");
+        let _ = sessions.close_session(&id).await;
+    }
+}
+
+/// How long a dormant session's worker may take to end: rmcp gives a closing session 5 s to
+/// finish what it was sending.
+const WORKER_END_LIMIT: Duration = Duration::from_secs(10);
 
 fn router(
     config: &Config,

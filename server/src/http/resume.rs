@@ -123,13 +123,12 @@ pub async fn resumable(
         }
         _ => None,
     };
-    // The session is in use while rmcp serves the request, before any answer streams: a
-    // dormant session is put to sleep only with nothing open (see
-    // [`StreamStore::put_to_sleep`]). An SSE answer holds a stream of its own from below.
-    let _serving = session
+    // The session is in use while rmcp serves the request, before any answer streams (see
+    // [`StreamStore::put_to_sleep`]); an SSE answer holds a stream of its own from below.
+    let _in_flight = session
         .as_deref()
         .filter(|_| version.is_some())
-        .map(|session| state.streams.open_stream(session, false));
+        .map(|session| state.streams.in_flight(session));
     // A stored session's first request in this process runs alone (see
     // [`StreamStore::serving_gate`]).
     let mut first_request = None;

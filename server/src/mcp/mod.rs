@@ -112,24 +112,35 @@ impl Shared {
         shared
     }
 
+    /// Drops the entries of sessions rmcp no longer holds from [`Shared::resident`].
+    pub fn forget_ended_sessions(&self) {
+        self.resident
+            .lock()
+            .expect("resident lock")
+            .retain(|_, session| session.strong_count() > 0);
+    }
+
     /// Whether session `session_id` may leave memory (see `Config::session_dormant_after`):
     /// nothing would reach it meanwhile that a restore does not make up for. So no call of it
     /// is in progress and no question is being put to it (either would die with it), and it
     /// follows nothing live: no subscription, and its client owns no unfinished task and holds
     /// no handle on one (their milestones and statuses are sent to it as they happen). A
-    /// session not initialized yet stays.
-    pub async fn may_sleep(&self, session_id: &str) -> bool {
-        let session = {
-            let mut resident = self.resident.lock().expect("resident lock");
-            resident.retain(|_, session| session.strong_count() > 0);
-            resident.get(session_id).and_then(Weak::upgrade)
-        };
+    /// session that set a log level stays too: the level lives in memory only. So does one not
+    /// initialized yet.
+    pub async fn may_sleep(&self, session_id: &str, after: std::time::Duration) -> bool {
+        let session = self
+            .resident
+            .lock()
+            .expect("resident lock")
+            .get(session_id)
+            .and_then(Weak::upgrade);
         let Some(session) = session else {
             return false;
         };
         let key = session.route.key;
-        if session.busy.load(Ordering::Acquire) > 0
+        if !session.idle_for(after)
             || !session.asking.lock().expect("asking lock").is_empty()
+            || session.log_level.lock().expect("log level lock").is_some()
             || self.routes.subscription_count(key) > 0
         {
             return false;
@@ -165,22 +176,34 @@ struct SessionState {
     session_id: std::sync::OnceLock<String>,
     /// Its requests whose handler is running (see [`Busy`]).
     busy: AtomicUsize,
+    /// When the last of them ended.
+    last_done: Mutex<std::time::Instant>,
+}
+
+impl SessionState {
+    /// Whether no handler of the session has run for `period`. Counted from a handler's end, not
+    /// from when it is idle: its response is on its way to the store for a moment after.
+    fn idle_for(&self, period: std::time::Duration) -> bool {
+        self.busy.load(Ordering::Acquire) == 0
+            && self.last_done.lock().expect("last done lock").elapsed() >= period
+    }
 }
 
 /// Counts a request of a session as in progress until dropped: a session with one stays in
 /// memory, since its handler would die with it.
-struct Busy<'a>(&'a AtomicUsize);
+struct Busy<'a>(&'a SessionState);
 
 impl<'a> Busy<'a> {
     fn of(session: &'a SessionState) -> Self {
         session.busy.fetch_add(1, Ordering::AcqRel);
-        Busy(&session.busy)
+        Busy(session)
     }
 }
 
 impl Drop for Busy<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        *self.0.last_done.lock().expect("last done lock") = std::time::Instant::now();
+        self.0.busy.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -195,6 +218,7 @@ impl DurableServer {
             asking: Arc::default(),
             session_id: std::sync::OnceLock::new(),
             busy: AtomicUsize::new(0),
+            last_done: Mutex::new(std::time::Instant::now()),
         };
         DurableServer {
             shared,

@@ -106,6 +106,9 @@ struct Inner {
     open_streams: Counts,
     /// Open standalone (GET) streams per session: where rmcp sends server-to-client requests.
     standalone: Counts,
+    /// Requests per session between the resume middleware and rmcp's answer: in use, though
+    /// no stream is open yet (see [`StreamStore::in_flight`]).
+    in_flight: Counts,
     /// Woken whenever a standalone stream opens.
     standalone_opened: Notify,
     /// Sessions that made a request since the last sweep.
@@ -136,6 +139,7 @@ impl StreamStore {
                 sessions: Mutex::default(),
                 open_streams: Counts::default(),
                 standalone: Counts::default(),
+                in_flight: Counts::default(),
                 standalone_opened: Notify::new(),
                 seen: Mutex::default(),
                 last_active: Mutex::default(),
@@ -455,6 +459,21 @@ impl StreamStore {
         }
     }
 
+    /// Marks a request of `session_id` in flight until the guard drops: its session is in use
+    /// while rmcp serves it, before any answer streams, and is not put to sleep.
+    pub fn in_flight(&self, session_id: &str) -> InFlight {
+        self.inner.in_flight.add(session_id);
+        InFlight {
+            streams: self.clone(),
+            session_id: session_id.to_owned(),
+        }
+    }
+
+    /// Whether `session_id` has a stream open or a request in flight.
+    fn in_use(&self, session_id: &str) -> bool {
+        self.inner.open_streams.get(session_id) > 0 || self.inner.in_flight.get(session_id) > 0
+    }
+
     /// Waits up to `limit` for `session_id` to have a standalone stream open; whether it has.
     ///
     /// rmcp sends a server-to-client request of a session on its standalone stream, and one sent
@@ -534,7 +553,7 @@ impl StreamStore {
             .into_iter()
             .filter(|id| {
                 let since = *last_active.entry(id.clone()).or_insert(now);
-                now.duration_since(since) >= after && self.inner.open_streams.get(id) == 0
+                now.duration_since(since) >= after && !self.in_use(id)
             })
             .collect()
     }
@@ -568,7 +587,7 @@ impl StreamStore {
             .lock()
             .expect("seen lock")
             .contains(session_id)
-            || self.inner.open_streams.get(session_id) > 0;
+            || self.in_use(session_id);
         if woke {
             return false;
         }
@@ -757,6 +776,18 @@ pub struct OpenStream {
     streams: StreamStore,
     session_id: String,
     standalone: bool,
+}
+
+/// A request in flight (see [`StreamStore::in_flight`]).
+pub struct InFlight {
+    streams: StreamStore,
+    session_id: String,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.streams.inner.in_flight.remove(&self.session_id);
+    }
 }
 
 impl Drop for OpenStream {
