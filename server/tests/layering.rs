@@ -14,6 +14,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "auth",
             "config",
             "engine",
+            "heap",
             "kinds",
             "mcp",
             "store",
@@ -31,6 +32,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("store", &["telemetry"]),
     // Names of the metrics, recorded where things happen.
     ("telemetry", &[]),
+    // Handing freed memory back to the system.
+    ("heap", &[]),
     ("config", &["auth", "store"]),
     ("auth", &[]),
     // Per-key counts of what is alive (open streams, waiting calls).
