@@ -438,6 +438,7 @@ async fn until_slept(http: &reqwest::Client, mcp_url: &str, count: usize) -> usi
     loop {
         let text = http
             .get(&metrics)
+            .timeout(Duration::from_secs(10))
             .send()
             .await
             .unwrap()

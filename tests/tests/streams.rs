@@ -520,14 +520,15 @@ async fn a_session_that_follows_or_awaits_something_stays_awake() {
     })
     .await;
     // A session opened after the caller's last request: once it has slept, the caller has been
-    // quiet long enough too, and was asked. A few more dormancy periods, and still only the
-    // quiet sessions have slept.
+    // quiet long enough too, and was asked. One opened after that sleeps a dormancy period
+    // later, when the sessions that stayed were asked again; still only quiet ones slept.
     let _quiet_later = RawSession::open(&url, V_NEW).await;
     until_slept(&server, 2.0).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let _quiet_last = RawSession::open(&url, V_NEW).await;
+    until_slept(&server, 3.0).await;
     assert_eq!(
         server.metrics().await.get("durable_sessions_slept_total"),
-        Some(2.0),
+        Some(3.0),
         "only the quiet sessions slept"
     );
     let resumed = caller

@@ -123,17 +123,16 @@ pub async fn resumable(
         }
         _ => None,
     };
-    // The session is in use while rmcp serves the request, before any answer streams (see
-    // [`StreamStore::put_to_sleep`]); an SSE answer holds a stream of its own from below.
-    let _in_flight = session
-        .as_deref()
-        .filter(|_| version.is_some())
-        .map(|session| state.streams.in_flight(session));
     // A stored session's first request in this process runs alone (see
-    // [`StreamStore::serving_gate`]).
+    // [`crate::streams::Serving`]). The session is in use while rmcp serves the request,
+    // before any answer streams (see [`StreamStore::put_to_sleep`]); an SSE answer holds a
+    // stream of its own from below.
     let mut first_request = None;
+    let mut _in_flight = None;
     if let (Some(session), Some(_)) = (&session, version) {
-        let gate = state.streams.serving_gate(session).lock_owned().await;
+        let serving = state.streams.serving(session);
+        _in_flight = Some(serving.in_flight());
+        let gate = serving.gate.clone().lock_owned().await;
         if !*gate {
             first_request = Some(gate);
         }

@@ -19,8 +19,8 @@ mod tasks;
 mod tools;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::model::{
@@ -127,7 +127,7 @@ impl Shared {
     /// no handle on one (their milestones and statuses are sent to it as they happen). A
     /// session that set a log level stays too: the level lives in memory only. So does one not
     /// initialized yet.
-    pub async fn may_sleep(&self, session_id: &str, after: std::time::Duration) -> bool {
+    pub async fn may_sleep(&self, session_id: &str, after: Duration) -> bool {
         let session = self
             .resident
             .lock()
@@ -174,18 +174,22 @@ struct SessionState {
     asking: questions::Asking,
     /// The MCP session id, known once the session is initialized.
     session_id: std::sync::OnceLock<String>,
-    /// Its requests whose handler is running (see [`Busy`]).
-    busy: AtomicUsize,
-    /// When the last of them ended.
-    last_done: Mutex<std::time::Instant>,
+    /// Its request handlers (see [`Busy`]).
+    handlers: Mutex<Handlers>,
+}
+
+/// A session's request handlers: how many run, and when the last one ended.
+struct Handlers {
+    running: usize,
+    last_done: Instant,
 }
 
 impl SessionState {
     /// Whether no handler of the session has run for `period`. Counted from a handler's end, not
     /// from when it is idle: its response is on its way to the store for a moment after.
-    fn idle_for(&self, period: std::time::Duration) -> bool {
-        self.busy.load(Ordering::Acquire) == 0
-            && self.last_done.lock().expect("last done lock").elapsed() >= period
+    fn idle_for(&self, period: Duration) -> bool {
+        let handlers = self.handlers.lock().expect("handlers lock");
+        handlers.running == 0 && handlers.last_done.elapsed() >= period
     }
 }
 
@@ -195,15 +199,16 @@ struct Busy<'a>(&'a SessionState);
 
 impl<'a> Busy<'a> {
     fn of(session: &'a SessionState) -> Self {
-        session.busy.fetch_add(1, Ordering::AcqRel);
+        session.handlers.lock().expect("handlers lock").running += 1;
         Busy(session)
     }
 }
 
 impl Drop for Busy<'_> {
     fn drop(&mut self) {
-        *self.0.last_done.lock().expect("last done lock") = std::time::Instant::now();
-        self.0.busy.fetch_sub(1, Ordering::AcqRel);
+        let mut handlers = self.0.handlers.lock().expect("handlers lock");
+        handlers.running -= 1;
+        handlers.last_done = Instant::now();
     }
 }
 
@@ -217,8 +222,10 @@ impl DurableServer {
             log_level: Arc::default(),
             asking: Arc::default(),
             session_id: std::sync::OnceLock::new(),
-            busy: AtomicUsize::new(0),
-            last_done: Mutex::new(std::time::Instant::now()),
+            handlers: Mutex::new(Handlers {
+                running: 0,
+                last_done: Instant::now(),
+            }),
         };
         DurableServer {
             shared,

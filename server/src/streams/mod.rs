@@ -9,6 +9,7 @@
 //! request's stream ends after its final response; the standalone stream never ends on its own.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -106,9 +107,6 @@ struct Inner {
     open_streams: Counts,
     /// Open standalone (GET) streams per session: where rmcp sends server-to-client requests.
     standalone: Counts,
-    /// Requests per session between the resume middleware and rmcp's answer: in use, though
-    /// no stream is open yet (see [`StreamStore::in_flight`]).
-    in_flight: Counts,
     /// Woken whenever a standalone stream opens.
     standalone_opened: Notify,
     /// Sessions that made a request since the last sweep.
@@ -116,9 +114,8 @@ struct Inner {
     /// When each session rmcp holds in memory was last active (a request or an open stream),
     /// as of the last sweep: how long it has been dormant.
     last_active: Mutex<HashMap<String, std::time::Instant>>,
-    /// Per known session, whether rmcp serves it in this process yet (see
-    /// [`StreamStore::serving_gate`]).
-    serving: Mutex<HashMap<String, Arc<tokio::sync::Mutex<bool>>>>,
+    /// Per known session, how this process serves it (see [`StreamStore::serving`]).
+    serving: Mutex<HashMap<String, Arc<Serving>>>,
     /// Sessions rmcp restored from the store whose handler has not yet started (see
     /// [`StreamStore::take_restored`]).
     restored: Mutex<HashSet<String>>,
@@ -139,7 +136,6 @@ impl StreamStore {
                 sessions: Mutex::default(),
                 open_streams: Counts::default(),
                 standalone: Counts::default(),
-                in_flight: Counts::default(),
                 standalone_opened: Notify::new(),
                 seen: Mutex::default(),
                 last_active: Mutex::default(),
@@ -391,16 +387,13 @@ impl StreamStore {
         profile
     }
 
-    /// The gate of stored session `session_id`'s requests in this process. rmcp restores a
-    /// stored session on its first request after a restart, and a second request arriving
-    /// meanwhile reaches the half-restored session before its replayed `initialize`, which
-    /// ends it (both get 500). So a session's first request here runs alone: it holds the
-    /// gate's lock until its answer starts, and marks the session served if that succeeded.
-    pub fn serving_gate(&self, session_id: &str) -> Arc<tokio::sync::Mutex<bool>> {
+    /// How this process serves stored session `session_id`: its gate and its requests in
+    /// flight (see [`Serving`]).
+    pub fn serving(&self, session_id: &str) -> Arc<Serving> {
         let mut serving = self.inner.serving.lock().expect("serving lock");
         // Every request of a session comes here: the key is copied only for its first.
         match serving.get(session_id) {
-            Some(gate) => gate.clone(),
+            Some(entry) => entry.clone(),
             None => serving.entry(session_id.to_owned()).or_default().clone(),
         }
     }
@@ -459,19 +452,16 @@ impl StreamStore {
         }
     }
 
-    /// Marks a request of `session_id` in flight until the guard drops: its session is in use
-    /// while rmcp serves it, before any answer streams, and is not put to sleep.
-    pub fn in_flight(&self, session_id: &str) -> InFlight {
-        self.inner.in_flight.add(session_id);
-        InFlight {
-            streams: self.clone(),
-            session_id: session_id.to_owned(),
-        }
-    }
-
     /// Whether `session_id` has a stream open or a request in flight.
     fn in_use(&self, session_id: &str) -> bool {
-        self.inner.open_streams.get(session_id) > 0 || self.inner.in_flight.get(session_id) > 0
+        self.inner.open_streams.get(session_id) > 0
+            || self
+                .inner
+                .serving
+                .lock()
+                .expect("serving lock")
+                .get(session_id)
+                .is_some_and(|serving| serving.in_flight.load(Ordering::Acquire) > 0)
     }
 
     /// Waits up to `limit` for `session_id` to have a standalone stream open; whether it has.
@@ -576,9 +566,9 @@ impl StreamStore {
     /// request or a stream of it came since it was found quiet; whether it ran. It runs under
     /// the session's serving gate, so no request of the session is between the gate and rmcp
     /// meanwhile, and the session's next request is then served as a stored session's first
-    /// (see [`StreamStore::serving_gate`]), restoring it.
+    /// (see [`Serving`]), restoring it.
     pub async fn put_to_sleep(&self, session_id: &str, close: impl Future<Output = ()>) -> bool {
-        let Ok(mut served) = self.serving_gate(session_id).try_lock_owned() else {
+        let Ok(mut served) = self.serving(session_id).gate.clone().try_lock_owned() else {
             return false;
         };
         let woke = self
@@ -778,15 +768,35 @@ pub struct OpenStream {
     standalone: bool,
 }
 
-/// A request in flight (see [`StreamStore::in_flight`]).
-pub struct InFlight {
-    streams: StreamStore,
-    session_id: String,
+/// How this process serves one stored session.
+#[derive(Default)]
+pub struct Serving {
+    /// Whether rmcp serves the session in this process yet, behind the gate of its requests.
+    /// rmcp restores a stored session on its first request after a restart, and a second
+    /// request arriving meanwhile reaches the half-restored session before its replayed
+    /// `initialize`, which ends it (both get 500). So a session's first request here runs
+    /// alone: it holds the lock until its answer starts, and marks the session served if that
+    /// succeeded. A session put to sleep is unmarked (see [`StreamStore::put_to_sleep`]).
+    pub gate: Arc<tokio::sync::Mutex<bool>>,
+    /// Its requests between the resume middleware and rmcp's answer: the session is in use,
+    /// though no stream of it is open yet.
+    in_flight: AtomicUsize,
 }
+
+impl Serving {
+    /// Counts a request of the session in flight until the guard drops.
+    pub fn in_flight(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        InFlight(self.clone())
+    }
+}
+
+/// A request in flight (see [`Serving::in_flight`]).
+pub struct InFlight(Arc<Serving>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.streams.inner.in_flight.remove(&self.session_id);
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
