@@ -1,6 +1,7 @@
 //! A fixed workload to profile under callgrind, not a timing benchmark: the in-process server
-//! answers `CALLS` sequential `ping`s (`ping`), or `CALLS` `start_batch_processing` calls whose
-//! instant tasks (time scale 0) are then waited for (`start`), on one session over HTTP; or it
+//! answers `CALLS` sequential `ping`s (`ping`), `CALLS` `start_batch_processing` calls whose
+//! instant tasks (time scale 0) are then waited for (`start`), or `CALLS` reads of a finished
+//! task's `task://status/{id}` (`read`), on one session over HTTP; or it
 //! replays `MISSED` stored events to a client resuming the session's standalone stream with
 //! `Last-Event-ID` (`replay`, as `benches/streams.rs` times it).
 //!
@@ -11,7 +12,7 @@
 //! ```text
 //! CARGO_PROFILE_BENCH_DEBUG=line-tables-only cargo bench -p durable-mcp-server --bench profile --no-run
 //! valgrind --tool=callgrind --zero-before='*profile_begin*' --dump-before='*profile_end*' \
-//!     target/release/deps/profile-<hash> ping     # or: start, replay
+//!     target/release/deps/profile-<hash> ping     # or: start, read, replay
 //! grep '^totals' callgrind.out.<pid>.1
 //! callgrind_annotate --inclusive=yes callgrind.out.<pid>.1 | head -60
 //! ```
@@ -60,6 +61,26 @@ fn start(id: usize) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
         "name": "start_batch_processing",
         "arguments": {"batch_size": 10, "total_items": 10, "processing_delay": 0}}})
+}
+
+fn read(id: usize, uri: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "resources/read", "params": {"uri": uri}})
+}
+
+/// Starts an instant task and returns its status URI, for `read` to read.
+async fn first_status_uri(session: &Session) -> String {
+    let reply = session.post(start(0)).await;
+    let data = reply
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .map(str::trim)
+        .find(|data| data.contains("\"result\""))
+        .expect("a start reply");
+    let message: Value = serde_json::from_str(data).unwrap();
+    message["result"]["structuredContent"]["status_uri"]
+        .as_str()
+        .expect("a status link")
+        .to_owned()
 }
 
 /// Whether no task is pending or running.
@@ -124,10 +145,14 @@ async fn run(workload: &str) {
         served.stop().await;
         return;
     }
-    let body: fn(usize) -> Value = match workload {
-        "ping" => ping,
-        "start" => start,
-        other => panic!("unknown workload {other:?}: ping, start or replay"),
+    let body: Box<dyn Fn(usize) -> Value> = match workload {
+        "ping" => Box::new(ping),
+        "start" => Box::new(start),
+        "read" => {
+            let uri = first_status_uri(&session).await;
+            Box::new(move |id| read(id, &uri))
+        }
+        other => panic!("unknown workload {other:?}: ping, start, read or replay"),
     };
     for i in 0..WARM_UP {
         assert!(session.post(body(i + 1)).await.contains("\"result\""));

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use durable_shared::TaskStatus;
+use durable_tests::raw::{EventExt, RawSession, Sse};
 use durable_tests::{Client, Server, TASK_LIMIT, uninterrupted, wait_progress, within};
 use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
@@ -192,4 +193,46 @@ async fn a_database_locked_by_another_process_gets_busy_and_recovers() {
     witnesses.unharmed(&client, clean.result_data).await;
     client.close().await;
     assert_eq!(integrity(&db), "ok");
+}
+
+/// Nothing a client is sent goes out before it is durable. While another process holds the
+/// database's lock, an answer's events (queued, not waited for, by the session's worker)
+/// cannot be committed, and not a byte of the answer is sent; once the lock is released, the
+/// answer arrives, and every event id it carries is in the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_goes_out_only_once_its_events_are_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("tasks.db");
+    let server = Server::start_on_sqlite(dir.path(), &db, &[]).await;
+    let session = RawSession::open(&server.mcp_url(), "2025-11-25").await;
+
+    let holder = rusqlite::Connection::open(&db).unwrap();
+    holder.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let ping = json!({"jsonrpc": "2.0", "id": 7, "method": "ping"});
+    let mut answer = Sse::new(session.post(ping).await);
+    // The writer waits up to 5 s for the lock before it gives up.
+    let early = answer.next_or_idle(Duration::from_secs(1)).await;
+    assert!(early.is_none(), "sent before it was stored: {early:?}");
+    holder.execute_batch("COMMIT").unwrap();
+    drop(holder);
+
+    let events = answer
+        .until(Duration::from_secs(10), |message| message["id"] == 7)
+        .await;
+    assert!(
+        events.len() >= 2,
+        "a priming event, then the answer: {events:?}"
+    );
+    let stored = rusqlite::Connection::open(&db).unwrap();
+    for event in &events {
+        let (token, seq) = event.seq();
+        let found: i64 = stored
+            .query_row(
+                "SELECT count(*) FROM events WHERE token = ?1 AND seq = ?2",
+                rusqlite::params![token, seq],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(found, 1, "event {token}.{seq} was sent but is not stored");
+    }
 }

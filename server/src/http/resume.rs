@@ -187,6 +187,9 @@ pub async fn resumable(
                     false => rewriter.feed(&chunk).await,
                 };
                 if !out.is_empty() {
+                    // What the frames say was stored before rmcp sent them, but perhaps only
+                    // queued (see `StreamStore::store_event`): they go out once it is durable.
+                    rewriter.streams.durable().await;
                     return Some((Ok::<Bytes, axum::Error>(out), (frames, rewriter)));
                 }
             }

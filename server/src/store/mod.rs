@@ -283,6 +283,10 @@ pub trait TaskRepo: Send + Sync {
     async fn server_secret(&self) -> Result<[u8; 32], StoreError>;
 }
 
+/// Told whether a queued write became durable (see [`StreamRepo::queue_event`]).
+/// It is given the event's stream token and seq once durable.
+pub type Durable = Box<dyn FnOnce(Result<(String, u64), StoreError>) + Send>;
+
 /// SSE streams, their events, and the tool calls that durable tasks report to.
 ///
 /// Event ids are `{token}.{seq}`: `token` is 128 random bits naming one stream (and, through
@@ -297,6 +301,40 @@ pub trait StreamRepo: Send + Sync {
     /// finishing event marks that call's binding answered in the same commit, so that a call
     /// is answered exactly when its response is stored.
     async fn append_event(&self, event: NewEvent) -> Result<(String, u64), StoreError>;
+
+    /// Queues the append of an event of a request's stream (which only this process writes
+    /// to) and returns the stream's token and the event's seq once it is queued, before it is
+    /// durable; `durable` is told once it is, or that it failed. Nothing may show a client
+    /// what the event says before [`StreamRepo::queued_durable`] returns. Not waiting here
+    /// lets a session's events be committed together, not one fsync after another. A backend
+    /// without a write queue appends before it returns (the default).
+    async fn queue_event(
+        &self,
+        event: NewEvent,
+        durable: Durable,
+    ) -> Result<(String, u64), StoreError> {
+        let appended = self.append_event(event).await?;
+        durable(Ok(appended.clone()));
+        Ok(appended)
+    }
+
+    /// [`StreamRepo::bind_stream_session`], queued: it is durable once
+    /// [`StreamRepo::queued_durable`] returns. A stream another session holds stays that
+    /// session's.
+    async fn queue_stream_session(
+        &self,
+        token: &str,
+        session_id: &str,
+        call_id: &str,
+        instance: &str,
+    ) -> Result<(), StoreError> {
+        self.bind_stream_session(token, session_id, call_id, instance)
+            .await
+            .map(drop)
+    }
+
+    /// Returns once every write queued before the call is durable or has failed.
+    async fn queued_durable(&self) {}
 
     /// Records that `session_id` received the stream `token`, a POST's answer made by process
     /// `instance`, whose handler's call binding, if it makes one, has id `call_id`. Returns

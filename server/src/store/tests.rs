@@ -540,6 +540,62 @@ contract! {
 }
 
 contract! {
+    /// Queued events of a stream take, in order, the ids they were promised when queued; each
+    /// is told durable with its id, and all are stored once `queued_durable` returns, with the
+    /// session recorded after the first and nothing accepted after the final response.
+    async fn queued_events_are_stored_under_the_ids_they_were_promised(fx) {
+        let (told, mut durable) = tokio::sync::mpsc::unbounded_channel();
+        let mut promised = Vec::new();
+        for i in 0..5 {
+            let mut next = event("q", &format!("m{i}"));
+            next.finishes = i == 4;
+            let told = told.clone();
+            let id = fx
+                .store
+                .queue_event(next, Box::new(move |stored| {
+                    let _ = told.send(stored.unwrap());
+                }))
+                .await
+                .unwrap();
+            if i == 0 {
+                fx.store.queue_stream_session(&id.0, "a", "c", "p").await.unwrap();
+            }
+            promised.push(id);
+        }
+        fx.store.queued_durable().await;
+        let token = promised[0].0.clone();
+        assert!(promised.iter().all(|(t, _)| *t == token), "one stream, one token");
+        assert_eq!(promised.iter().map(|(_, seq)| *seq).collect::<Vec<_>>(), [1, 2, 3, 4, 5]);
+        let mut durables = Vec::new();
+        while let Ok(id) = durable.try_recv() {
+            durables.push(id);
+        }
+        assert_eq!(durables, promised);
+        let stored = fx.store.events_after(&token, 0, 10).await.unwrap();
+        let messages: Vec<String> = stored.into_iter().filter_map(|e| e.message).collect();
+        assert_eq!(messages, (0..5).map(|i| format!("m{i}")).collect::<Vec<_>>());
+        let info = fx.store.stream_info(&token).await.unwrap().unwrap();
+        assert_eq!((info.session_id.as_deref(), info.finished, info.next_seq), (Some("a"), true, 6));
+        // A late event is refused, and its id names no stored stream.
+        let (told, mut durable) = tokio::sync::mpsc::unbounded_channel();
+        let late = fx
+            .store
+            .queue_event(event("q", "late"), Box::new(move |stored| {
+                let _ = told.send(stored.is_err());
+            }))
+            .await;
+        fx.store.queued_durable().await;
+        match late {
+            Ok((late, _)) => {
+                assert_eq!(durable.try_recv(), Ok(true), "told the late event failed");
+                assert!(fx.store.stream_info(&late).await.unwrap().is_none());
+            }
+            Err(e) => assert!(matches!(e, StoreError::Refused(Refusal::StreamEnded { .. })), "{e}"),
+        }
+    }
+}
+
+contract! {
     /// A stream belongs to the first session it is bound to; another session never gets it.
     async fn a_stream_is_bound_to_one_session(fx) {
         let (token, _) = fx.store.append_event(event("s", "m")).await.unwrap();

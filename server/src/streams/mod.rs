@@ -212,16 +212,24 @@ impl StreamStore {
     /// Records which session received the stream with `token`, and the id of the call
     /// binding its POST's handler may make (once; later calls change nothing and answer
     /// `false`).
+    /// Queues the record that `session_id` received stream `token`, answering the call with
+    /// `call_id`: durable once [`StreamStore::durable`] returns.
     pub async fn bind_stream_session(
         &self,
         token: &str,
         session_id: &str,
         call_id: &CallId,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<(), StoreError> {
         self.inner
             .store
-            .bind_stream_session(token, session_id, &call_id.0, &self.inner.instance)
+            .queue_stream_session(token, session_id, &call_id.0, &self.inner.instance)
             .await
+    }
+
+    /// Returns once every event and record queued before the call is durable (or failed):
+    /// what the HTTP layer waits for before it sends a frame (see [`EventStore::store_event`]).
+    pub async fn durable(&self) {
+        self.inner.store.queued_durable().await;
     }
 
     /// Whether stream `token` waits for an answer no process will send (see
@@ -345,6 +353,25 @@ impl StreamStore {
     }
 
     /// Appends `event` to its stream, wakes the stream's tails and returns the event's id.
+    /// Queues `event`, an event of a request's stream (see [`crate::store::StreamRepo::queue_event`]):
+    /// its tails are woken once it is durable.
+    async fn queue(&self, event: NewEvent) -> Result<EventId, StoreError> {
+        let streams = self.clone();
+        let durable = Box::new(
+            move |stored: Result<(String, u64), StoreError>| match stored {
+                Ok((token, _)) => {
+                    metrics::counter!(telemetry::EVENTS_APPENDED).increment(1);
+                    streams.wake(&token);
+                }
+                // It goes out all the same (see `store_event`), as an event of a stream that lacks
+                // it: a resumption from it is answered with what the stream holds after it.
+                Err(e) => tracing::error!(error = e.with_causes(), "cannot store a queued event"),
+            },
+        );
+        let (token, seq) = self.inner.store.queue_event(event, durable).await?;
+        Ok(EventId { token, seq })
+    }
+
     pub async fn append(&self, event: NewEvent) -> Result<EventId, crate::store::StoreError> {
         let (token, seq) = self.inner.store.append_event(event).await?;
         metrics::counter!(telemetry::EVENTS_APPENDED).increment(1);
@@ -841,17 +868,26 @@ impl EventStore for StreamStore {
             message,
             Some(ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_))
         );
-        let appended = self
-            .append(NewEvent {
-                stream_id: stream_id.to_owned(),
-                session_id: stream_id.strip_suffix(":common").map(str::to_owned),
-                message: message.map(serde_json::to_string).transpose()?,
-                retry_ms: event.retry.map(|retry| retry.as_millis() as u64),
-                finishes,
-                binding: message.and_then(binding_of),
-                opens: true,
-            })
-            .await;
+        let session_id = stream_id.strip_suffix(":common").map(str::to_owned);
+        let standalone = session_id.is_some();
+        let event = NewEvent {
+            stream_id: stream_id.to_owned(),
+            session_id,
+            message: message.map(serde_json::to_string).transpose()?,
+            retry_ms: event.retry.map(|retry| retry.as_millis() as u64),
+            finishes,
+            binding: message.and_then(binding_of),
+            opens: true,
+        };
+        // A request's stream is written by this process alone, in the order of its events, so
+        // its events are queued, not waited for: the HTTP layer sends each frame only once
+        // [`StreamStore::durable`] returns after it arrived, which is after this queued it. A
+        // session's standalone stream is also written by other processes (a relay, a node
+        // taking the session over), so its events are appended before they are sent.
+        let appended = match standalone {
+            true => self.append(event).await,
+            false => self.queue(event).await,
+        };
         match appended {
             Ok(id) => Ok(id.to_string()),
             // rmcp drops a message whose storing failed, so a request answered while the
@@ -951,6 +987,7 @@ mod tests {
             .parse()
             .unwrap();
         assert_ne!(unstored.token, stored.token);
+        streams.durable().await;
         assert!(streams.stream_info(&stored.token).await.unwrap().is_some());
         assert!(
             streams

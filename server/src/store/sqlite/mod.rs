@@ -6,6 +6,13 @@
 //! small writes costs one fsync instead of one each. Every write runs in its own savepoint, so a
 //! failing write rolls back alone and does not take its batch-mates with it.
 //!
+//! The events of a request's stream are queued instead (see [`StreamRepo::queue_event`]): a
+//! session's rmcp worker stores its requests' events one after another, and waiting for each
+//! one's fsync let a session's 32 requests in flight share a transaction with nobody but other
+//! sessions. Their ids are handed out as they are queued, which only this process can do, since
+//! only its writer writes these streams; the HTTP layer holds each frame back until
+//! [`Sqlite::fence`] says that everything queued before it is durable.
+//!
 //! Reads use a small pool of read-only connections on blocking threads; WAL lets them run while
 //! the writer commits. Neither path ever blocks the async runtime.
 
@@ -15,13 +22,14 @@ mod sessions;
 mod streams;
 mod tasks;
 
+use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{Change, ChangeFeed, Health, PRUNE_BATCH, StoreError};
 use crate::telemetry;
@@ -73,9 +81,67 @@ struct Batch<'c> {
 #[derive(Clone)]
 pub struct Sqlite {
     writer: mpsc::Sender<WriteJob>,
+    /// Writes placed in the writer's queue so far, counted as each is placed.
+    placed: Arc<Mutex<u64>>,
+    /// Writes the writer has finished (committed, or failed) so far. It takes them in the order
+    /// they were placed, so a count of `n` means the first `n` placed are done. Its sender is
+    /// the writer's: should the writer end, nobody waits on it for ever.
+    finished: watch::Receiver<u64>,
     queue_wait: Duration,
     readers: Arc<ReaderPool>,
+    /// The request streams whose events are queued (see [`Sqlite::queue_event`]).
+    live: Arc<Mutex<LiveStreams>>,
     path: Arc<PathBuf>,
+}
+
+/// The next event id of each request stream whose events this process queues, until its final
+/// response. A stream whose request was cancelled or whose session closed never gets one: it
+/// is forgotten once idle for [`LIVE_STREAM_IDLE`].
+#[derive(Default)]
+struct LiveStreams {
+    streams: HashMap<String, LiveStream>,
+    swept: Option<Instant>,
+}
+
+struct LiveStream {
+    token: String,
+    next_seq: u64,
+    touched: Instant,
+}
+
+/// How long a request stream may go without an event before [`LiveStreams`] forgets it. Its
+/// next event, if one ever comes, fails to append (its id would be another stream's) and goes
+/// out unstored, as any event the store refuses.
+const LIVE_STREAM_IDLE: Duration = Duration::from_secs(3600);
+
+impl LiveStreams {
+    /// The id of the next event of stream `stream_id`, the first of a new stream if unknown.
+    fn next(&mut self, stream_id: &str, finishes: bool) -> (String, u64) {
+        let now = Instant::now();
+        if self
+            .swept
+            .is_none_or(|swept| now.duration_since(swept) > LIVE_STREAM_IDLE / 60)
+        {
+            self.streams
+                .retain(|_, stream| now.duration_since(stream.touched) < LIVE_STREAM_IDLE);
+            self.swept = Some(now);
+        }
+        let stream = self
+            .streams
+            .entry(stream_id.to_owned())
+            .or_insert_with(|| LiveStream {
+                token: streams::new_token(),
+                next_seq: 1,
+                touched: now,
+            });
+        let id = (stream.token.clone(), stream.next_seq);
+        stream.next_seq += 1;
+        stream.touched = now;
+        if finishes {
+            self.streams.remove(stream_id);
+        }
+        id
+    }
 }
 
 impl std::fmt::Debug for Sqlite {
@@ -91,17 +157,21 @@ impl Sqlite {
         configure(&conn)?;
         migrations::migrate(&mut conn)?;
         let (writer, jobs) = mpsc::channel::<WriteJob>(queue.capacity);
+        let (finished_tx, finished) = watch::channel(0);
         std::thread::Builder::new()
             .name("store-writer".into())
-            .spawn(move || write_loop(conn, jobs))
+            .spawn(move || write_loop(conn, jobs, finished_tx))
             .map_err(StoreError::WriterThread)?;
         Ok(Sqlite {
             writer,
+            placed: Arc::default(),
+            finished,
             queue_wait: queue.wait,
             readers: Arc::new(ReaderPool {
                 path: path.to_owned(),
                 idle: Mutex::new(Vec::new()),
             }),
+            live: Arc::default(),
             path: Arc::new(path.to_owned()),
         })
     }
@@ -114,6 +184,26 @@ impl Sqlite {
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
+        self.queue(f, move |outcome| {
+            let _ = tx.send(outcome);
+        })
+        .await?;
+        // The writer drops a job's reply unsent only when the job panicked.
+        rx.await.map_err(|_| StoreError::Aborted)?
+    }
+
+    /// Places `f` in the writer's queue and returns; `answer` gets its outcome once the
+    /// transaction that ran it is durable (or failed), on the writer's thread. It is never
+    /// called if `f` panics.
+    async fn queue<T, F>(
+        &self,
+        f: F,
+        answer: impl FnOnce(Result<T, StoreError>) + Send + 'static,
+    ) -> Result<(), StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
         let job: WriteJob = Box::new(move |batch| {
             let outcome = batch.map(|batch| match batch.shared {
                 true => in_savepoint(batch.conn, f),
@@ -121,15 +211,14 @@ impl Sqlite {
             });
             let succeeded = matches!(outcome, Some(Ok(_)));
             let reply = Box::new(move |commit: Result<(), &Arc<StoreError>>| {
-                let reply = match (outcome, commit) {
+                answer(match (outcome, commit) {
                     (Some(Err(e)), _) => Err(e),
                     (Some(Ok(value)), Ok(())) => Ok(value),
                     (_, Err(e)) => Err(StoreError::Commit(e.clone())),
                     // The writer calls a job without a connection only with an error; were it
                     // ever otherwise, the write did not happen.
                     (None, Ok(())) => Err(StoreError::Closed),
-                };
-                let _ = tx.send(reply);
+                });
             });
             (succeeded, reply as Reply)
         });
@@ -141,9 +230,22 @@ impl Sqlite {
                 });
             }
         };
+        // Counted and placed under one lock, so that the writer takes jobs in the order they
+        // were counted (see `finished`).
+        let mut placed = self.placed.lock().expect("placed lock");
+        *placed += 1;
         place.send(job);
-        // The writer drops a job's reply unsent only when the job panicked.
-        rx.await.map_err(|_| StoreError::Aborted)?
+        Ok(())
+    }
+
+    /// Returns once every write placed before the call is done (durable, or failed).
+    async fn fence(&self) {
+        let placed = *self.placed.lock().expect("placed lock");
+        if *self.finished.borrow() >= placed {
+            return;
+        }
+        // An error means the writer has ended: nothing more will become durable.
+        let _ = self.finished.clone().wait_for(|&done| done >= placed).await;
     }
 
     /// Runs `sql`, a DELETE of at most `?2` rows among those older than `?1`, in one
@@ -275,7 +377,7 @@ const LOCK_WAIT: Duration = Duration::from_secs(5);
 /// lock's release succeeds and restores the full wait.
 const LOCK_WAIT_WHILE_LOCKED: Duration = Duration::from_millis(100);
 
-fn write_loop(conn: Connection, mut jobs: mpsc::Receiver<WriteJob>) {
+fn write_loop(conn: Connection, mut jobs: mpsc::Receiver<WriteJob>, finished: watch::Sender<u64>) {
     let mut locked = false;
     while let Some(first) = jobs.blocking_recv() {
         let mut batch = vec![first];
@@ -285,11 +387,14 @@ fn write_loop(conn: Connection, mut jobs: mpsc::Receiver<WriteJob>) {
                 Err(_) => break,
             }
         }
-        metrics::histogram!(telemetry::STORE_BATCH_WRITES).record(batch.len() as f64);
+        let size = batch.len() as u64;
+        metrics::histogram!(telemetry::STORE_BATCH_WRITES).record(size as f64);
         metrics::gauge!(telemetry::STORE_WRITE_QUEUE).set(jobs.len() as f64);
         // A panic outside the writes themselves (none is known) must not end the writer either:
         // every later write would fail while the process went on answering.
-        match std::panic::catch_unwind(AssertUnwindSafe(|| commit(&conn, batch))) {
+        let begun = std::panic::catch_unwind(AssertUnwindSafe(|| commit(&conn, batch)));
+        finished.send_modify(|done| *done += size);
+        match begun {
             Ok(Begun::Locked) if !locked => {
                 tracing::error!(
                     "the database is locked by another process; writes fail (as busy) until it \

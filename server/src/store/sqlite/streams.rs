@@ -7,11 +7,11 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::Sqlite;
 use crate::store::{
-    CallBinding, NewEvent, Pruned, Refusal, StoreError, StoredEvent, StreamInfo, StreamRepo,
-    is_standalone, now_ms,
+    CallBinding, Durable, NewEvent, Pruned, Refusal, StoreError, StoredEvent, StreamInfo,
+    StreamRepo, is_standalone, now_ms,
 };
 
-fn new_token() -> String {
+pub(super) fn new_token() -> String {
     hex::encode(rand::random::<[u8; 16]>())
 }
 
@@ -19,8 +19,13 @@ fn new_token() -> String {
 /// event), and a fourth when it reveals a binding's stream or is the response of a bound call.
 /// The sequence counter is read and written in two steps rather than by `UPDATE ... RETURNING`,
 /// which SQLite runs through a temporary table: this connection is the only writer, so nothing
-/// can come between them.
-fn append(conn: &Connection, event: &NewEvent) -> Result<(String, u64), StoreError> {
+/// can come between them. `at` is the id the event was promised when it was queued (see
+/// [`super::LiveStreams`]); without one, the stream's counter says.
+fn append(
+    conn: &Connection,
+    event: &NewEvent,
+    at: Option<(String, u64)>,
+) -> Result<(String, u64), StoreError> {
     let now = now_ms();
     let existing: Option<(i64, String, u64, bool, Option<String>)> = conn
         .prepare_cached(
@@ -42,7 +47,12 @@ fn append(conn: &Connection, event: &NewEvent) -> Result<(String, u64), StoreErr
     // The stream's call is the one the HTTP layer recorded, or the one this event reveals.
     let (token, seq, call) = match existing {
         Some((_, _, _, true, _)) => return Err(ended().into()),
-        Some((rowid, token, seq, false, call_id)) => {
+        // The stream was forgotten as idle and its id promised anew: it cannot take that id.
+        Some((_, token, _, false, _)) if at.as_ref().is_some_and(|(at, _)| *at != token) => {
+            return Err(ended().into());
+        }
+        Some((rowid, token, next_seq, false, call_id)) => {
+            let seq = at.map_or(next_seq, |(_, seq)| seq);
             let call = call_id.or_else(|| event.binding.clone());
             conn.prepare_cached(
                 "UPDATE streams SET next_seq = ?2, finished = ?3, call_id = ?4 WHERE rowid = ?1",
@@ -52,20 +62,21 @@ fn append(conn: &Connection, event: &NewEvent) -> Result<(String, u64), StoreErr
         }
         None if !event.opens => return Err(ended().into()),
         None => {
-            let token = new_token();
+            let (token, seq) = at.unwrap_or_else(|| (new_token(), 1));
             conn.prepare_cached(
                 "INSERT INTO streams (token, stream_id, session_id, next_seq, finished, \
-                 created_at, call_id) VALUES (?1, ?2, ?3, 2, ?4, ?5, ?6)",
+                 created_at, call_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )?
             .execute(params![
                 token,
                 event.stream_id,
                 event.session_id,
+                seq + 1,
                 event.finishes,
                 now,
                 event.binding
             ])?;
-            (token, 1, event.binding.clone())
+            (token, seq, event.binding.clone())
         }
     };
     conn.prepare_cached(
@@ -91,12 +102,72 @@ fn append(conn: &Connection, event: &NewEvent) -> Result<(String, u64), StoreErr
     Ok((token, seq))
 }
 
+/// Which session received a stream (see [`StreamRepo::bind_stream_session`]).
+struct StreamSession {
+    token: String,
+    session_id: String,
+    call_id: String,
+    instance: String,
+}
+
+impl StreamSession {
+    fn new(token: &str, session_id: &str, call_id: &str, instance: &str) -> Self {
+        StreamSession {
+            token: token.to_owned(),
+            session_id: session_id.to_owned(),
+            call_id: call_id.to_owned(),
+            instance: instance.to_owned(),
+        }
+    }
+
+    /// Records it; false if another session received the stream, or it does not exist.
+    fn record(&self, conn: &Connection) -> Result<bool, StoreError> {
+        let owner: Option<Option<String>> = conn
+            .prepare_cached("SELECT session_id FROM streams WHERE token = ?1")?
+            .query_row([&self.token], |row| row.get(0))
+            .optional()?;
+        Ok(match owner {
+            Some(Some(owner)) => owner == self.session_id,
+            Some(None) => {
+                conn.prepare_cached(
+                    "UPDATE streams SET session_id = ?2, call_id = ?3, instance = ?4 \
+                     WHERE token = ?1",
+                )?
+                .execute(params![
+                    self.token,
+                    self.session_id,
+                    self.call_id,
+                    self.instance
+                ])?;
+                true
+            }
+            None => false,
+        })
+    }
+}
+
 #[async_trait]
 impl StreamRepo for Sqlite {
     /// Appends an event to its stream (creating the stream on its first event) and returns
     /// the stream's token and the event's seq, once durable.
     async fn append_event(&self, event: NewEvent) -> Result<(String, u64), StoreError> {
-        self.write(move |conn| append(conn, &event)).await
+        self.write(move |conn| append(conn, &event, None)).await
+    }
+
+    async fn queue_event(
+        &self,
+        event: NewEvent,
+        durable: Durable,
+    ) -> Result<(String, u64), StoreError> {
+        let at = self
+            .live
+            .lock()
+            .expect("live streams lock")
+            .next(&event.stream_id, event.finishes);
+        let promised = at.clone();
+        self.queue(move |conn| append(conn, &event, Some(at)), durable)
+            .await?;
+        Ok(promised)
     }
 
     /// Records which session received the stream `token`; false if another session did.
@@ -107,31 +178,31 @@ impl StreamRepo for Sqlite {
         call_id: &str,
         instance: &str,
     ) -> Result<bool, StoreError> {
-        let (token, session_id, call_id, instance) = (
-            token.to_owned(),
-            session_id.to_owned(),
-            call_id.to_owned(),
-            instance.to_owned(),
-        );
-        self.write(move |conn| {
-            let owner: Option<Option<String>> = conn
-                .prepare_cached("SELECT session_id FROM streams WHERE token = ?1")?
-                .query_row([&token], |row| row.get(0))
-                .optional()?;
-            Ok(match owner {
-                Some(Some(owner)) => owner == session_id,
-                Some(None) => {
-                    conn.prepare_cached(
-                        "UPDATE streams SET session_id = ?2, call_id = ?3, instance = ?4 \
-                         WHERE token = ?1",
-                    )?
-                    .execute(params![token, session_id, call_id, instance])?;
-                    true
-                }
-                None => false,
-            })
-        })
+        let binding = StreamSession::new(token, session_id, call_id, instance);
+        self.write(move |conn| binding.record(conn)).await
+    }
+
+    async fn queue_stream_session(
+        &self,
+        token: &str,
+        session_id: &str,
+        call_id: &str,
+        instance: &str,
+    ) -> Result<(), StoreError> {
+        let binding = StreamSession::new(token, session_id, call_id, instance);
+        self.queue(
+            move |conn| binding.record(conn),
+            |recorded| match recorded {
+                Ok(true) => {}
+                Ok(false) => tracing::warn!("a stream's session was not recorded: not its stream"),
+                Err(e) => tracing::error!(error = %e, "cannot record the session of a stream"),
+            },
+        )
         .await
+    }
+
+    async fn queued_durable(&self) {
+        self.fence().await;
     }
 
     async fn abandoned(&self, token: &str, instance: &str) -> Result<bool, StoreError> {
