@@ -69,15 +69,8 @@ fn read(id: usize, uri: &str) -> Value {
 
 /// Starts an instant task and returns its status URI, for `read` to read.
 async fn first_status_uri(session: &Session) -> String {
-    let reply = session.post(start(0)).await;
-    let data = reply
-        .lines()
-        .filter_map(|line| line.strip_prefix("data:"))
-        .map(str::trim)
-        .find(|data| data.contains("\"result\""))
-        .expect("a start reply");
-    let message: Value = serde_json::from_str(data).unwrap();
-    message["result"]["structuredContent"]["status_uri"]
+    let result = support::call(session, start(0)).await;
+    result["structuredContent"]["status_uri"]
         .as_str()
         .expect("a status link")
         .to_owned()
@@ -92,14 +85,8 @@ async fn all_finished(session: &Session) -> bool {
                          "params": {"uri": uri}}),
             )
             .await;
-        let data = reply
-            .lines()
-            .filter_map(|line| line.strip_prefix("data:"))
-            .map(str::trim)
-            .find(|data| !data.is_empty())
-            .expect("a reply event");
-        let message: Value = serde_json::from_str(data).unwrap();
-        let text = message["result"]["contents"][0]["text"].as_str().unwrap();
+        let result = support::result(&reply);
+        let text = result["contents"][0]["text"].as_str().unwrap();
         let list: Value = serde_json::from_str(text).unwrap();
         if list["total"] != 0 {
             return false;

@@ -172,9 +172,11 @@ impl Target {
     }
 }
 
-/// SSE events read one at a time from a response, remembering the last event id.
+/// SSE events read one at a time from a response, remembering the last event id; or the one
+/// message of a JSON response (a session's reads are answered so).
 struct Events {
     body: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    json: bool,
     pending: Vec<u8>,
     last_id: Option<String>,
     /// The ids of the events read, and how the body ended: what an error report shows.
@@ -184,7 +186,12 @@ struct Events {
 
 impl Events {
     fn new(response: reqwest::Response) -> Events {
+        let json = response
+            .headers()
+            .get("content-type")
+            .is_some_and(|value| value.as_bytes().starts_with(b"application/json"));
         Events {
+            json,
             body: response.bytes_stream().boxed(),
             pending: Vec::new(),
             last_id: None,
@@ -196,7 +203,9 @@ impl Events {
     /// The next JSON-RPC message, or None at the end of the stream (clean or cut).
     async fn next_message(&mut self) -> Option<Value> {
         loop {
-            while let Some(raw) = take_event(&mut self.pending) {
+            while !self.json
+                && let Some(raw) = take_event(&mut self.pending)
+            {
                 let Some(event) = SseEvent::parse(&String::from_utf8_lossy(&raw)) else {
                     continue;
                 };
@@ -215,6 +224,10 @@ impl Events {
                 Some(Err(e)) => {
                     self.ending = Some(format!("broke: {e}"));
                     return None;
+                }
+                None if self.json && !self.pending.is_empty() => {
+                    self.ending = Some("ended".into());
+                    return serde_json::from_slice(&std::mem::take(&mut self.pending)).ok();
                 }
                 None => {
                     self.ending = Some("ended".into());

@@ -216,11 +216,7 @@ impl RawSession {
         if response.status() != 200 {
             return Err(response.status().as_u16());
         }
-        let mut sse = Sse::new(response);
-        let events = sse
-            .until(IO_TIMEOUT, |message| message.get("id") == Some(&json!(id)))
-            .await;
-        Ok(events.last().expect("an answer").json())
+        Ok(answer_of(response, id).await)
     }
 
     /// A request that must answer with a result; returns it.
@@ -247,11 +243,7 @@ impl RawSession {
             .post(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
             .await;
         assert_eq!(response.status(), 200, "{method}");
-        let mut sse = Sse::new(response);
-        let events = sse
-            .until(IO_TIMEOUT, |message| message.get("id") == Some(&json!(id)))
-            .await;
-        events.last().expect("an answer").json()
+        answer_of(response, id).await
     }
 
     /// Opens the standalone GET stream, optionally resuming after `last_event_id`.

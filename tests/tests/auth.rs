@@ -405,7 +405,7 @@ async fn another_subject_can_neither_see_nor_steer_nor_resume() {
     assert_eq!(answer.status(), 404);
     assert_eq!(hijacked.get(None).await.status(), 404);
     let posted = alice
-        .post(json!({"jsonrpc": "2.0", "id": 41, "method": "ping"}))
+        .post(json!({"jsonrpc": "2.0", "id": 41, "method": "tools/list"}))
         .await;
     let events = Sse::new(posted)
         .until(IO_TIMEOUT, |m| m.get("id") == Some(&json!(41)))

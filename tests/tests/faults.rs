@@ -208,8 +208,8 @@ async fn an_answer_goes_out_only_once_its_events_are_durable() {
 
     let holder = rusqlite::Connection::open(&db).unwrap();
     holder.execute_batch("BEGIN EXCLUSIVE").unwrap();
-    let ping = json!({"jsonrpc": "2.0", "id": 7, "method": "ping"});
-    let mut answer = Sse::new(session.post(ping).await);
+    let list = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"});
+    let mut answer = Sse::new(session.post(list).await);
     // The writer waits up to 5 s for the lock before it gives up.
     let early = answer.next_or_idle(Duration::from_secs(1)).await;
     assert!(early.is_none(), "sent before it was stored: {early:?}");

@@ -128,7 +128,8 @@ async fn the_standalone_stream_resumes_exactly_after_the_last_id_and_then_goes_l
 
 /// After a restart, a client with several requests in flight sends them at once on its
 /// session, which the new process has to restore first: every one is answered (none reaches
-/// the session half-restored, which ended it with a 500 for all).
+/// the session half-restored, which ended it with a 500 for all). A read before them, which
+/// is answered without restoring the session, leaves the restoring to them.
 #[tokio::test]
 async fn concurrent_first_requests_of_a_restored_session_are_all_answered() {
     let (_dir, mut server) = server(&[]).await;
@@ -137,12 +138,104 @@ async fn concurrent_first_requests_of_a_restored_session_are_all_answered() {
         server.kill9().await;
         server.restart().await;
         let session = session.reconnected();
-        let answers =
-            futures::future::join_all((1..=16).map(|id| session.try_answer(id, "ping", json!({}))))
-                .await;
+        if restart > 0 {
+            assert_eq!(session.call(100, "ping", json!({})).await, json!({}));
+        }
+        let answers = futures::future::join_all(
+            (1..=16).map(|id| session.try_answer(id, "tools/list", json!({}))),
+        )
+        .await;
         let refused: Vec<u16> = answers.iter().filter_map(|a| a.clone().err()).collect();
         assert!(refused.is_empty(), "restart {restart}: refused {refused:?}");
     }
+}
+
+/// A session's reads are answered with one JSON body, without a stream: nothing is stored
+/// for them (the counter of stored events does not move), and what they say is what the
+/// session's own tool calls say. A read naming an unknown session, or one that was closed,
+/// gets 404 like any other request.
+#[tokio::test]
+async fn a_sessions_reads_are_answered_without_a_stream() {
+    let (_dir, server) = server(&["--time-scale", "0"]).await;
+    let session = RawSession::open(&server.mcp_url(), V_NEW).await;
+    let started = session.call(1, "tools/call", start_batch(3)).await;
+    let uri = started["structuredContent"]["status_uri"]
+        .as_str()
+        .expect("a status link")
+        .to_owned();
+    wait_completed(&session, 2).await;
+    let listed = session
+        .call(
+            3,
+            "tools/call",
+            json!({"name": "list_session_tasks", "arguments": {}}),
+        )
+        .await;
+
+    let appended = || async {
+        // What was queued before is durable by now: the last answer went out after it was.
+        tokio::time::sleep(IDLE).await;
+        server.metrics().await.get("durable_events_appended_total")
+    };
+    let before = appended().await;
+    assert!(before > Some(0.0), "the counter counts: {before:?}");
+    let reads = [
+        ("ping", json!({})),
+        ("resources/read", json!({"uri": uri})),
+        ("resources/read", json!({"uri": "task://list"})),
+        ("resources/list", json!({})),
+        ("resources/templates/list", json!({})),
+        ("prompts/list", json!({})),
+    ];
+    let mut answers = Vec::new();
+    for (n, (method, params)) in reads.iter().enumerate() {
+        let id = 10 + n as u64;
+        let response = session
+            .post(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
+        assert_eq!(response.status(), 200, "{method}");
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/json",
+            "{method}"
+        );
+        let answer: Value = response.json().await.expect("a JSON answer");
+        assert_eq!(answer["id"], json!(id), "{answer}");
+        assert!(answer["result"].is_object(), "{method}: {answer}");
+        answers.push(answer["result"].clone());
+    }
+    assert_eq!(appended().await, before, "a read stored events");
+
+    let status: Value =
+        serde_json::from_str(answers[1]["contents"][0]["text"].as_str().unwrap()).unwrap();
+    let task_id = &started["structuredContent"]["task_id"];
+    assert_eq!(&status["task_id"], task_id, "{status}");
+    assert_eq!(status["status"], "completed", "{status}");
+    let in_list = &listed["structuredContent"]["tasks"];
+    assert!(
+        in_list
+            .as_array()
+            .is_some_and(|tasks| tasks.iter().any(|t| &t["task_id"] == task_id)),
+        "{listed}"
+    );
+
+    let unknown = RawSession {
+        session_id: "0123456789abcdef0123456789abcdef".into(),
+        ..session.reconnected()
+    };
+    let ping = json!({"jsonrpc": "2.0", "id": 20, "method": "ping"});
+    assert_eq!(unknown.post(ping).await.status(), 404);
+    let closed = within(
+        IO_TIMEOUT,
+        "DELETE",
+        session.request(reqwest::Method::DELETE).send(),
+    )
+    .await
+    .expect("DELETE");
+    assert!(closed.status().is_success(), "{}", closed.status());
+    let read =
+        json!({"jsonrpc": "2.0", "id": 21, "method": "resources/read", "params": {"uri": uri}});
+    assert_eq!(session.post(read).await.status(), 404);
 }
 
 /// Calls whose handler is still waiting on their task, on the SQLite default (None on another
@@ -453,9 +546,10 @@ async fn a_dormant_session_leaves_memory_and_its_next_requests_bring_it_back() {
     drop(stream);
     until_slept(&server, 1.0).await;
 
-    let answers =
-        futures::future::join_all((10..26).map(|id| session.try_answer(id, "ping", json!({}))))
-            .await;
+    let answers = futures::future::join_all(
+        (10..26).map(|id| session.try_answer(id, "tools/list", json!({}))),
+    )
+    .await;
     let refused: Vec<u16> = answers.iter().filter_map(|a| a.clone().err()).collect();
     assert!(refused.is_empty(), "refused {refused:?}");
     let mut resumed = Sse::new(session.get(Some(&priming)).await);

@@ -151,16 +151,21 @@ impl Session {
     }
 }
 
-/// The JSON-RPC result in a POST's SSE reply, panicking on an error or a failed tool call:
-/// a figure measured on failing requests would be meaningless.
+/// The JSON-RPC result in a POST's reply (a JSON body, or the SSE event carrying it),
+/// panicking on an error or a failed tool call: a figure measured on failing requests would be
+/// meaningless.
 // Compiled into every bench, as is this whole module; not every bench calls tools.
 #[allow(dead_code)]
-fn result(reply: &str) -> Value {
-    let message = reply
-        .split("\n\n")
-        .filter_map(durable_shared::sse::SseEvent::parse)
-        .find(|event| !event.is_priming())
-        .and_then(|event| serde_json::from_str::<Value>(&event.data).ok())
+pub fn result(reply: &str) -> Value {
+    let message = serde_json::from_str::<Value>(reply)
+        .ok()
+        .or_else(|| {
+            reply
+                .split("\n\n")
+                .filter_map(durable_shared::sse::SseEvent::parse)
+                .find(|event| !event.is_priming())
+                .and_then(|event| serde_json::from_str::<Value>(&event.data).ok())
+        })
         .unwrap_or_else(|| panic!("no JSON-RPC message in reply {reply:?}"));
     let result = &message["result"];
     assert!(

@@ -12,6 +12,7 @@ mod batch;
 mod body_limit;
 mod dashboard;
 mod origin;
+mod reads;
 mod resume;
 mod stateless;
 mod task_requests;
@@ -347,7 +348,8 @@ fn router(
     transport.session_store = Some(Arc::new(streams.clone()));
     // Protocol 2026-07-28 has no sessions and no resumption, and a closed response stream
     // cancels its request: its requests get a service of their own without the event store
-    // (see `stateless`), sharing everything else.
+    // (see `stateless`), sharing everything else. A session's reads are answered there too
+    // (see `reads`).
     let mut stateless_transport = transport
         .clone()
         .with_legacy_session_mode(false)
@@ -386,7 +388,11 @@ fn router(
         Router::new().route(
             "/mcp",
             any(move |request: Request| async move {
-                if request.extensions().get::<stateless::Stateless>().is_some() {
+                if request.extensions().get::<reads::SessionRead>().is_some() {
+                    let mut response = stateless_mcp.handle(request).await;
+                    response.extensions_mut().insert(reads::SessionRead);
+                    response
+                } else if request.extensions().get::<stateless::Stateless>().is_some() {
                     stateless_mcp.handle(request).await
                 } else {
                     mcp.handle(request).await
@@ -437,6 +443,7 @@ fn guarded(mcp: Router, auth: AuthState, resume: ResumeState, max_body_bytes: us
             resume.streams.clone(),
             task_requests::adapt_task_requests,
         ))
+        .route_layer(axum::middleware::from_fn(reads::mark))
         .route_layer(axum::middleware::from_fn(stateless::mark));
     // Only tokens have scopes: without authorization the layer would pass everything.
     if auth.verifier.is_some() {

@@ -29,6 +29,7 @@ use durable_shared::sse::SseEvent;
 use futures::StreamExt;
 use serde_json::{Map, Value};
 
+use super::reads::{KnownSession, SessionRead};
 use crate::mcp::error::ApiError;
 use crate::streams::{CallId, EventId, OpenStream, StreamStore, negotiated, wants_priming};
 use crate::streams::{NewEvent, StoreError};
@@ -119,6 +120,7 @@ pub async fn resumable(
         (Some(session), Some(_)) if method == Method::POST => {
             let call_id = CallId::random();
             request.extensions_mut().insert(call_id.clone());
+            request.extensions_mut().insert(KnownSession);
             Some((session, call_id))
         }
         _ => None,
@@ -138,8 +140,10 @@ pub async fn resumable(
         }
     }
     let mut response = next.run(request).await;
+    // A read answered apart did not restore the session in rmcp (see `reads`).
     if let Some(mut served) = first_request {
-        *served = response.status().is_success();
+        *served =
+            response.status().is_success() && response.extensions().get::<SessionRead>().is_none();
     }
     *response.status_mut() = answered_status(&method, response.status());
     let is_sse = response

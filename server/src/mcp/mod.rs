@@ -394,6 +394,10 @@ fn as_sent(mut result: ServerResult) -> JsonObject {
     }
 }
 
+// rmcp runs each request as a tokio task whose future holds the future of whichever method
+// answers it, so every request's task is as large as the largest of them: with `listen` inline,
+// 10 KB, which tokio copies several times over a task's life (a quarter of a ping's
+// instructions). The methods that await more than a lookup await it boxed.
 #[tool_handler(router = self.shared.tool_router)]
 impl ServerHandler for DurableServer {
     fn get_info(&self) -> ServerConfig {
@@ -450,7 +454,7 @@ impl ServerHandler for DurableServer {
     }
 
     async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
-        self.listen_to(subscription).await
+        Box::pin(self.listen_to(subscription)).await
     }
 
     async fn set_level(
@@ -535,7 +539,7 @@ impl ServerHandler for DurableServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let _busy = Busy::of(&self.session);
-        self.call_tool_with_tasks(request, context).await
+        Box::pin(self.call_tool_with_tasks(request, context)).await
     }
 
     /// The 2025-11-25 task methods rmcp 3.11 does not model (see `tasks`).
@@ -545,7 +549,7 @@ impl ServerHandler for DurableServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, McpError> {
         let _busy = Busy::of(&self.session);
-        self.private_request(&request.method, request.params, context)
+        Box::pin(self.private_request(&request.method, request.params, context))
             .await
             .map(CustomResult)
     }
@@ -556,7 +560,7 @@ impl ServerHandler for DurableServer {
         request: GetTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, McpError> {
-        let handle = self.owned_handle(&request.task_id, &context).await?;
+        let handle = Box::pin(self.owned_handle(&request.task_id, &context)).await?;
         Ok(GetTaskResult::new(tasks::detailed_task(&handle)))
     }
 
@@ -565,7 +569,7 @@ impl ServerHandler for DurableServer {
         request: CancelTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.cancel_owned(&request.task_id, &context).await?;
+        Box::pin(self.cancel_owned(&request.task_id, &context)).await?;
         Ok(())
     }
 
@@ -577,21 +581,24 @@ impl ServerHandler for DurableServer {
         request: UpdateTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        let handle = self.owned_handle(&request.task_id, &context).await?;
-        let Some(question) = handle.task.question.as_ref() else {
-            return Ok(());
-        };
-        let Some(response) = request.input_responses.get(&question.id) else {
-            return Ok(());
-        };
-        if let Some(answer) = tasks::elicited_answer(response)? {
-            self.shared
-                .engine
-                .answer(&handle.task.task_id, &question.id, answer)
-                .await
-                .map_err(ApiError::from)?;
-        }
-        Ok(())
+        Box::pin(async move {
+            let handle = self.owned_handle(&request.task_id, &context).await?;
+            let Some(question) = handle.task.question.as_ref() else {
+                return Ok(());
+            };
+            let Some(response) = request.input_responses.get(&question.id) else {
+                return Ok(());
+            };
+            if let Some(answer) = tasks::elicited_answer(response)? {
+                self.shared
+                    .engine
+                    .answer(&handle.task.task_id, &question.id, answer)
+                    .await
+                    .map_err(ApiError::from)?;
+            }
+            Ok(())
+        })
+        .await
     }
 
     async fn list_prompts(
@@ -608,7 +615,7 @@ impl ServerHandler for DurableServer {
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
         let task_id = prompts::task_id(&request)?;
-        let task = self.visible_task(task_id, &context).await?;
+        let task = Box::pin(self.visible_task(task_id, &context)).await?;
         Ok(prompts::report(task).into())
     }
 
@@ -636,7 +643,7 @@ impl ServerHandler for DurableServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         let caller = self.caller(&context);
-        resources::read(&self.shared.engine, &caller, &request.uri)
+        Box::pin(resources::read(&self.shared.engine, &caller, &request.uri))
             .await
             .map(Into::into)
     }
@@ -651,7 +658,12 @@ impl ServerHandler for DurableServer {
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         let caller = self.caller(&context);
-        resources::check_subscribable(&self.shared.engine, &caller, &request.uri).await?;
+        Box::pin(resources::check_subscribable(
+            &self.shared.engine,
+            &caller,
+            &request.uri,
+        ))
+        .await?;
         let limit = self.shared.limits.subscriptions_per_session;
         if self.shared.routes.subscription_count(self.key()) >= limit {
             return Err(ApiError::Limit {
@@ -663,8 +675,7 @@ impl ServerHandler for DurableServer {
             }
             .into());
         }
-        self.persist_subscription(&context, &request.uri, true)
-            .await?;
+        Box::pin(self.persist_subscription(&context, &request.uri, true)).await?;
         self.shared.routes.subscribe(self.key(), &request.uri);
         self.start_forwarder(context.peer);
         Ok(())
@@ -679,8 +690,7 @@ impl ServerHandler for DurableServer {
         request: UnsubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.persist_subscription(&context, &request.uri, false)
-            .await?;
+        Box::pin(self.persist_subscription(&context, &request.uri, false)).await?;
         self.shared.routes.unsubscribe(self.key(), &request.uri);
         Ok(())
     }

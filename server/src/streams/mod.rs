@@ -209,9 +209,6 @@ impl StreamStore {
         self.inner.store.event_exists(token, seq).await
     }
 
-    /// Records which session received the stream with `token`, and the id of the call
-    /// binding its POST's handler may make (once; later calls change nothing and answer
-    /// `false`).
     /// Queues the record that `session_id` received stream `token`, answering the call with
     /// `call_id`: durable once [`StreamStore::durable`] returns.
     pub async fn bind_stream_session(
@@ -352,7 +349,6 @@ impl StreamStore {
         self.inner.sessions.lock().expect("sessions lock").len()
     }
 
-    /// Appends `event` to its stream, wakes the stream's tails and returns the event's id.
     /// Queues `event`, an event of a request's stream (see [`crate::store::StreamRepo::queue_event`]):
     /// its tails are woken once it is durable.
     async fn queue(&self, event: NewEvent) -> Result<EventId, StoreError> {
@@ -372,6 +368,7 @@ impl StreamStore {
         Ok(EventId { token, seq })
     }
 
+    /// Appends `event` to its stream, wakes the stream's tails and returns the event's id.
     pub async fn append(&self, event: NewEvent) -> Result<EventId, crate::store::StoreError> {
         let (token, seq) = self.inner.store.append_event(event).await?;
         metrics::counter!(telemetry::EVENTS_APPENDED).increment(1);
