@@ -125,15 +125,15 @@ impl Server {
             "notifications/initialized"
         );
         // The answer to a request in the session comes on a stored stream (the initialize
-        // answer's is not: the session does not exist yet).
-        let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
-        let answer = server.send(post(&ping.to_string(), Some(&server.session)), true);
-        let body = answer.body.expect("the ping answer ends");
+        // answer's is not: the session does not exist yet; nor are a read's, answered as JSON).
+        let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+        let answer = server.send(post(&list.to_string(), Some(&server.session)), true);
+        let body = answer.body.expect("the tools/list answer ends");
         let mut buffer = body.to_vec();
         server.event_id = std::iter::from_fn(|| take_event(&mut buffer))
             .filter_map(|event| SseEvent::parse(&String::from_utf8_lossy(&event)))
             .find_map(|event| event.event_id())
-            .unwrap_or_else(|| panic!("the ping answer {body:?} has no event id"));
+            .unwrap_or_else(|| panic!("the tools/list answer {body:?} has no event id"));
         server
     }
 
