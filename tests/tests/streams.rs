@@ -151,19 +151,29 @@ async fn concurrent_first_requests_of_a_restored_session_are_all_answered() {
 }
 
 /// A session's reads are answered with one JSON body, without a stream: nothing is stored
-/// for them (the counter of stored events does not move), and what they say is what the
-/// session's own tool calls say. A read naming an unknown session, or one that was closed,
+/// for them (between two `tools/list` calls, the count of stored events grows by one call's
+/// stream only), and what they say is what the session's own tool calls say. A read naming an unknown session, or one that was closed,
 /// gets 404 like any other request.
 #[tokio::test]
 async fn a_sessions_reads_are_answered_without_a_stream() {
     let (_dir, server) = server(&["--time-scale", "0"]).await;
     let session = RawSession::open(&server.mcp_url(), V_NEW).await;
+    // The task's last event, its completion's log line, is stored before it is sent here: no
+    // event of the task is stored after it has arrived.
+    let mut stream = Sse::new(session.get(None).await);
     let started = session.call(1, "tools/call", start_batch(3)).await;
+    let task_id = &started["structuredContent"]["task_id"];
     let uri = started["structuredContent"]["status_uri"]
         .as_str()
         .expect("a status link")
         .to_owned();
-    wait_completed(&session, 2).await;
+    stream
+        .until(IO_TIMEOUT, |message| {
+            message["params"]["data"]["task_id"] == *task_id
+                && message["params"]["data"]["status"] == "completed"
+        })
+        .await;
+    drop(stream);
     let listed = session
         .call(
             3,
@@ -172,13 +182,20 @@ async fn a_sessions_reads_are_answered_without_a_stream() {
         )
         .await;
 
-    let appended = || async {
-        // What was queued before is durable by now: the last answer went out after it was.
-        tokio::time::sleep(IDLE).await;
-        server.metrics().await.get("durable_events_appended_total")
+    // A request answered on its stream goes out once everything stored before it is durable
+    // and counted, so the counter read after its answer is exact.
+    let appended_after_a_list = |id: u64| {
+        let (session, server) = (&session, &server);
+        async move {
+            session.call(id, "tools/list", json!({})).await;
+            let appended = server.metrics().await.get("durable_events_appended_total");
+            appended.expect("the stored events are counted")
+        }
     };
-    let before = appended().await;
-    assert!(before > Some(0.0), "the counter counts: {before:?}");
+    let before = appended_after_a_list(4).await;
+    let before_reads = appended_after_a_list(5).await;
+    let one_list = before_reads - before;
+    assert!(one_list > 0.0, "a tools/list stores its stream");
     let reads = [
         ("ping", json!({})),
         ("resources/read", json!({"uri": uri})),
@@ -204,11 +221,14 @@ async fn a_sessions_reads_are_answered_without_a_stream() {
         assert!(answer["result"].is_object(), "{method}: {answer}");
         answers.push(answer["result"].clone());
     }
-    assert_eq!(appended().await, before, "a read stored events");
+    assert_eq!(
+        appended_after_a_list(30).await - before_reads,
+        one_list,
+        "a read stored events"
+    );
 
     let status: Value =
         serde_json::from_str(answers[1]["contents"][0]["text"].as_str().unwrap()).unwrap();
-    let task_id = &started["structuredContent"]["task_id"];
     assert_eq!(&status["task_id"], task_id, "{status}");
     assert_eq!(status["status"], "completed", "{status}");
     let in_list = &listed["structuredContent"]["tasks"];

@@ -443,7 +443,6 @@ fn guarded(mcp: Router, auth: AuthState, resume: ResumeState, max_body_bytes: us
             resume.streams.clone(),
             task_requests::adapt_task_requests,
         ))
-        .route_layer(axum::middleware::from_fn(reads::mark))
         .route_layer(axum::middleware::from_fn(stateless::mark));
     // Only tokens have scopes: without authorization the layer would pass everything.
     if auth.verifier.is_some() {

@@ -10,25 +10,14 @@
 //!
 //! A read needs nothing the session holds in memory, only who asks, which the handler takes
 //! from the request's headers and token as it does on a session (`mcp::DurableServer::caller`),
-//! so a dormant session is not woken for one. Only a session the resume middleware found
-//! ([`KnownSession`]) is read from this way: a request naming an unknown or ended session goes
-//! to rmcp, which answers 404.
+//! so a dormant session is not woken for one. `stateless::mark` marks a read only on a session
+//! the resume middleware found: a request naming an unknown or ended session goes to rmcp,
+//! which answers 404.
 
 use std::borrow::Cow;
 
-use axum::body::Body;
-use axum::extract::Request;
-use axum::http::{Method, StatusCode};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
-
-use super::stateless::Stateless;
-
-/// Put on a `POST` by the resume middleware when it names a session the server knows.
-#[derive(Debug, Clone, Copy)]
-pub struct KnownSession;
 
 /// The marker of a session's read, on the request for the choice of service, and on its answer
 /// for the resume middleware (that answer did not restore the session in rmcp).
@@ -46,28 +35,6 @@ const READS: [&str; 6] = [
     "prompts/get",
 ];
 
-/// Marks a known session's read (see the module comment); reads the body only of a `POST` on a
-/// known session.
-pub async fn mark(mut request: Request, next: Next) -> Response {
-    let candidate = request.method() == Method::POST
-        && request.extensions().get::<KnownSession>().is_some()
-        && request.extensions().get::<Stateless>().is_none();
-    if !candidate {
-        return next.run(request).await;
-    }
-    let (parts, body) = request.into_parts();
-    // The body limit in front of this layer is the cap (see `http::body_limit`).
-    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
-        return StatusCode::PAYLOAD_TOO_LARGE.into_response();
-    };
-    let read = is_read(&bytes);
-    request = Request::from_parts(parts, Body::from(bytes));
-    if read {
-        request.extensions_mut().insert(SessionRead);
-    }
-    next.run(request).await
-}
-
 /// The two members of a JSON-RPC message that make it a read; the others are skipped unread.
 #[derive(Deserialize)]
 struct Envelope<'a> {
@@ -77,7 +44,7 @@ struct Envelope<'a> {
 }
 
 /// Whether `body` is one request (not a notification, not a batch) of a read method.
-fn is_read(body: &[u8]) -> bool {
+pub(super) fn is_read(body: &[u8]) -> bool {
     serde_json::from_slice::<Envelope>(body).is_ok_and(|message| {
         message.id.is_some()
             && message
@@ -120,7 +87,7 @@ mod tests {
                 r#"{"jsonrpc":"2.0","id":1,"method":"logging/setLevel"}"#,
                 false,
             ),
-            // A notification waits for no answer; a batch is split before this layer.
+            // A notification waits for no answer; a batch is split before `stateless::mark`.
             (r#"{"jsonrpc":"2.0","method":"ping"}"#, false),
             (r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#, false),
             (r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, false),

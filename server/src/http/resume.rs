@@ -29,7 +29,7 @@ use durable_shared::sse::SseEvent;
 use futures::StreamExt;
 use serde_json::{Map, Value};
 
-use super::reads::{KnownSession, SessionRead};
+use super::reads::SessionRead;
 use crate::mcp::error::ApiError;
 use crate::streams::{CallId, EventId, OpenStream, StreamStore, negotiated, wants_priming};
 use crate::streams::{NewEvent, StoreError};
@@ -120,7 +120,6 @@ pub async fn resumable(
         (Some(session), Some(_)) if method == Method::POST => {
             let call_id = CallId::random();
             request.extensions_mut().insert(call_id.clone());
-            request.extensions_mut().insert(KnownSession);
             Some((session, call_id))
         }
         _ => None,

@@ -12,7 +12,8 @@
 //! service would accept: a version of 2026-07-28 or later in the header or `_meta`, or the
 //! complete per-request `_meta` of the inline lifecycle, or `server/discover`; never
 //! `initialize`. A request on a session that names no such version stays on its session
-//! without its body being read.
+//! without its body being read, unless it is a read (`reads`), which goes to the same service
+//! without a stream: the same body read decides both.
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -22,7 +23,8 @@ use axum::response::{IntoResponse, Response};
 use rmcp::model::{ProtocolVersion, RequestMetaObject};
 use serde_json::Value;
 
-use crate::streams::is_stateless;
+use super::reads;
+use crate::streams::{CallId, is_stateless};
 
 /// The marker a stateless request carries in its extensions, for the layers after this one and
 /// for the choice of service.
@@ -32,25 +34,35 @@ pub struct Stateless;
 const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
 const SESSION_HEADER: &str = "mcp-session-id";
 
-/// Marks stateless requests (see the module comment); reads a body only when the headers do
-/// not decide.
+/// Marks stateless requests (see the module comment), and a known session's reads (see
+/// `reads`); reads a body only when the headers do not decide, or on a known session.
 pub async fn mark(mut request: Request, next: Next) -> Response {
     let by_headers = by_headers(request.headers());
-    let stateless = match by_headers {
-        Some(decided) => decided,
-        None if request.method() == Method::POST => {
-            let (parts, body) = request.into_parts();
-            // The body limit in front of this layer is the cap (see `http::body_limit`).
-            let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
-                return StatusCode::PAYLOAD_TOO_LARGE.into_response();
-            };
-            let stateless =
-                serde_json::from_slice::<Value>(&bytes).is_ok_and(|message| by_body(&message));
-            request = Request::from_parts(parts, Body::from(bytes));
-            stateless
+    // The resume middleware gives every POST of a session it knows a call id.
+    let on_known_session = request.extensions().get::<CallId>().is_some();
+    let reads_body = request.method() == Method::POST
+        && match by_headers {
+            None => true,
+            Some(stateless) => !stateless && on_known_session,
+        };
+    if !reads_body {
+        if by_headers == Some(true) {
+            request.extensions_mut().insert(Stateless);
         }
-        None => false,
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    // The body limit in front of this layer is the cap (see `http::body_limit`).
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return StatusCode::PAYLOAD_TOO_LARGE.into_response();
     };
+    let session_read = on_known_session && reads::is_read(&bytes);
+    let stateless = by_headers.is_none()
+        && serde_json::from_slice::<Value>(&bytes).is_ok_and(|message| by_body(&message));
+    request = Request::from_parts(parts, Body::from(bytes));
+    if session_read {
+        request.extensions_mut().insert(reads::SessionRead);
+    }
     if stateless {
         request.extensions_mut().insert(Stateless);
     }
