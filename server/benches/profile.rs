@@ -3,7 +3,9 @@
 //! instant tasks (time scale 0) are then waited for (`start`), or `CALLS` reads of a finished
 //! task's `task://status/{id}` (`read`), on one session over HTTP; or it
 //! replays `MISSED` stored events to a client resuming the session's standalone stream with
-//! `Last-Event-ID` (`replay`, as `benches/streams.rs` times it).
+//! `Last-Event-ID` (`replay`, as `benches/streams.rs` times it). Prefixed `ceiling-`, the
+//! workload runs on the in-memory ceiling the load bench compares with (`ceiling-read`), the
+//! baseline of an instruction count.
 //!
 //! The measured part runs between `profile_begin` and `profile_end`, which do nothing: callgrind
 //! zeroes its counters on entering the first and dumps them on entering the second, so start-up,
@@ -12,7 +14,7 @@
 //! ```text
 //! CARGO_PROFILE_BENCH_DEBUG=line-tables-only cargo bench -p durable-mcp-server --bench profile --no-run
 //! valgrind --tool=callgrind --zero-before='*profile_begin*' --dump-before='*profile_end*' \
-//!     target/release/deps/profile-<hash> ping     # or: start, read, replay
+//!     target/release/deps/profile-<hash> ping     # or: start, read, replay, ceiling-ping, ...
 //! grep '^totals' callgrind.out.<pid>.1
 //! callgrind_annotate --inclusive=yes callgrind.out.<pid>.1 | head -60
 //! ```
@@ -125,9 +127,19 @@ async fn replay(db: &std::path::Path, session: &Session) {
 async fn run(workload: &str) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("profile.db");
-    let served = serve(support::config(&db, &dir.path().join("data"))).await;
+    // `ceiling-ping` and the like: the same workload on the in-memory ceiling, whose tasks are
+    // done when their start is answered.
+    let (served, workload, durable) = match workload.strip_prefix("ceiling-") {
+        Some(workload) => (support::ceiling::serve().await, workload, false),
+        None => (
+            serve(support::config(&db, &dir.path().join("data"))).await,
+            workload,
+            true,
+        ),
+    };
     let session = Session::open(served.url.clone()).await;
     if workload == "replay" {
+        assert!(durable, "the ceiling stores no events to replay");
         replay(&db, &session).await;
         served.stop().await;
         return;
@@ -144,7 +156,7 @@ async fn run(workload: &str) {
     for i in 0..WARM_UP {
         assert!(session.post(body(i + 1)).await.contains("\"result\""));
     }
-    while !all_finished(&session).await {
+    while durable && !all_finished(&session).await {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     profile_begin();
@@ -153,7 +165,7 @@ async fn run(workload: &str) {
         assert!(reply.contains("\"result\""), "unexpected reply {reply}");
     }
     // A start is done when its task is: wait for the tail, polling as little as possible.
-    while !all_finished(&session).await {
+    while durable && !all_finished(&session).await {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     profile_end();

@@ -12,6 +12,8 @@ use tokio_util::sync::CancellationToken;
 
 // Compiled into every bench, as is this whole module; only some run a server process.
 #[allow(dead_code)]
+pub mod ceiling;
+#[allow(dead_code)]
 pub mod child;
 
 /// A server running in this process.
