@@ -152,8 +152,8 @@ async fn concurrent_first_requests_of_a_restored_session_are_all_answered() {
 
 /// A session's reads are answered with one JSON body, without a stream: nothing is stored
 /// for them (between two `tools/list` calls, the count of stored events grows by one call's
-/// stream only), and what they say is what the session's own tool calls say. A read naming an unknown session, or one that was closed,
-/// gets 404 like any other request.
+/// stream only), and what they say is what the session's own tool calls say. A read naming an
+/// unknown session, or one that was closed, gets 404 like any other request.
 #[tokio::test]
 async fn a_sessions_reads_are_answered_without_a_stream() {
     let (_dir, server) = server(&["--time-scale", "0"]).await;
