@@ -101,6 +101,7 @@ async fn store_commits(store: &Store, tasks: u64) -> f64 {
                 checkpoint: json!(0),
                 exclusive: None,
                 owner_limit: u64::MAX,
+                claim: None,
             })
             .await
             .unwrap();

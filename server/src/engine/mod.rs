@@ -5,6 +5,7 @@
 //! commits; the MCP layer turns those into notifications. Every event is published only after
 //! the change it describes is durable.
 
+mod finished;
 mod kind;
 mod runner;
 mod slots;
@@ -28,7 +29,7 @@ use kind::{Erased, ErasedKind};
 use runner::RunContext;
 
 pub use crate::store::{Change, Claimant, StoreError, TaskHandle};
-use crate::store::{NewTask, Refusal, Store, Transition};
+use crate::store::{FIRST_LEASE, NewTask, Refusal, Store, TaskRow, Transition};
 
 /// How many events a slow subscriber may fall behind before it must resynchronise from the store.
 const EVENT_BUFFER: usize = 1024;
@@ -181,6 +182,7 @@ impl EngineBuilder {
                 env: config.env,
                 events,
                 watchers: Mutex::default(),
+                finished: finished::Finished::new(),
                 workers: Mutex::new(HashMap::new()),
                 next_generation: AtomicU64::new(0),
                 queue: slots::Queue::new(config.max_running),
@@ -237,6 +239,8 @@ pub(crate) struct Inner {
     events: broadcast::Sender<TaskEvent>,
     /// The latest committed state of each task someone waits on (see [`Engine::watch`]).
     watchers: Mutex<Watchers>,
+    /// Finished tasks, answered without the store (see `finished`).
+    finished: finished::Finished,
     /// The live worker of each task being advanced in this process. A std mutex: it is held for
     /// a map operation only, never across an await.
     workers: Mutex<HashMap<String, Worker>>,
@@ -286,6 +290,7 @@ impl TaskWatch {
 
 impl Inner {
     fn publish(&self, event: TaskEvent) {
+        self.finished.keep(&event.task);
         {
             let mut watchers = self.watchers.lock().expect("watchers lock");
             let task = &event.task;
@@ -309,6 +314,23 @@ impl Inner {
     }
 
     fn spawn_worker(self: &Arc<Self>, task_id: String, kind: &str) {
+        self.spawn_worker_with(task_id, kind, None);
+    }
+
+    /// Starts a worker for a task stored claimed by this node (see [`NewTask::claim`]), in the
+    /// running slot taken for it, with the row the insert returned: the worker begins with it
+    /// instead of claiming.
+    fn spawn_claimed(self: &Arc<Self>, row: TaskRow, slot: OwnedSemaphorePermit) {
+        let (task_id, kind) = (row.info.task_id.clone(), row.info.kind.clone());
+        self.spawn_worker_with(task_id, &kind, Some((row, slot)));
+    }
+
+    fn spawn_worker_with(
+        self: &Arc<Self>,
+        task_id: String,
+        kind: &str,
+        claimed: Option<(TaskRow, OwnedSemaphorePermit)>,
+    ) {
         let Some(kind) = self.kinds.get(kind).cloned() else {
             tracing::error!(%task_id, kind, "no such task kind in this binary; task left as is");
             return;
@@ -331,14 +353,22 @@ impl Inner {
             },
         );
         drop(workers);
+        let (claimed, slot) = claimed.unzip();
         let ctx = RunContext {
             engine: self.clone(),
             task_id,
             stop,
             generation,
+            claimed,
         };
-        if let Some((queued, slot)) = self.queue.admit_or_queue(Queued { kind, ctx }) {
-            self.start_worker(queued, slot);
+        let queued = Queued { kind, ctx };
+        match slot {
+            Some(slot) => self.start_worker(queued, slot),
+            None => {
+                if let Some((queued, slot)) = self.queue.admit_or_queue(queued) {
+                    self.start_worker(queued, slot);
+                }
+            }
         }
     }
 
@@ -625,6 +655,7 @@ impl Engine {
             checkpoint: planned.checkpoint,
             exclusive,
             owner_limit: self.inner.max_tasks_per_owner,
+            claim: None,
         };
         Ok(Prepared {
             kind: erased,
@@ -660,12 +691,18 @@ impl Engine {
     ) -> Result<TaskInfo, EngineError> {
         let Prepared {
             kind: erased,
-            task,
+            mut task,
             exclusive_field: field,
         } = self
             .planned(kind, owner, |_| uuid::Uuid::new_v4().to_string(), params)
             .await?;
-        let params = task.params.clone();
+        // With a running slot free now, the task is stored claimed and its worker starts in
+        // that slot: one transaction fewer than storing it pending and claiming it after.
+        let slot = self.inner.queue.try_admit();
+        if slot.is_some() {
+            task.claim = Some(self.inner.claimant.clone());
+        }
+        let (params, checkpoint) = (task.params.clone(), task.checkpoint.clone());
         let info = self
             .inner
             .store
@@ -674,7 +711,17 @@ impl Engine {
             .map_err(|e| Self::held(e, field, &params))?;
         tracing::info!(task_id = %info.task_id, kind, owner, "task created");
         self.inner.publish(TaskEvent::changed(info.clone()));
-        self.inner.spawn_worker(info.task_id.clone(), erased.name());
+        match slot {
+            Some(slot) => {
+                let row = TaskRow {
+                    info: info.clone(),
+                    checkpoint,
+                    lease: FIRST_LEASE,
+                };
+                self.inner.spawn_claimed(row, slot);
+            }
+            None => self.inner.spawn_worker(info.task_id.clone(), erased.name()),
+        }
         Ok(info)
     }
 
@@ -851,11 +898,17 @@ impl Engine {
     }
 
     pub async fn get(&self, task_id: &str) -> Result<TaskInfo, EngineError> {
-        self.inner
+        if let Some(task) = self.inner.finished.get(task_id) {
+            return Ok(task);
+        }
+        let task = self
+            .inner
             .store
             .get_task(task_id)
             .await?
-            .ok_or_else(|| EngineError::NotFound(task_id.to_owned()))
+            .ok_or_else(|| EngineError::NotFound(task_id.to_owned()))?;
+        self.inner.finished.keep(&task);
+        Ok(task)
     }
 
     /// Tasks newest first; see [`TaskRepo::list_tasks`](crate::store::TaskRepo::list_tasks).
@@ -899,6 +952,7 @@ impl Engine {
     ) -> Result<u64, EngineError> {
         let cutoff = retention_cutoff(now, retention);
         let purged = self.inner.store.purge_finished_before(cutoff).await?;
+        self.inner.finished.forget_before(cutoff);
         if purged > 0 {
             tracing::info!(purged, %cutoff, "removed finished tasks past retention");
         }
@@ -908,6 +962,7 @@ impl Engine {
     /// Runs [`Engine::purge_finished`], and deletes expired MCP task handles, every `every`
     /// until shutdown.
     pub fn spawn_retention(&self, retention: Duration, every: Duration) {
+        self.inner.finished.set_retention(retention);
         let engine = self.clone();
         let shutdown = self.inner.shutdown.clone();
         self.inner.tracker.spawn(async move {

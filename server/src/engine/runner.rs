@@ -21,7 +21,7 @@ use tracing::Instrument;
 
 use super::kind::{Erased, Step, TaskKind};
 use super::{Inner, Milestone, TaskEvent, slots};
-use crate::store::{StepCommit, StoreError};
+use crate::store::{StepCommit, StoreError, TaskRow};
 use crate::telemetry;
 
 /// The first wait after a store error; it doubles up to [`RETRY_MAX`].
@@ -35,6 +35,9 @@ pub(crate) struct RunContext {
     pub(crate) stop: CancellationToken,
     /// Identifies this worker in the engine's worker table.
     pub(crate) generation: u64,
+    /// The task as stored already claimed for this worker (see `NewTask::claim`), which its
+    /// first run begins with instead of claiming.
+    pub(crate) claimed: Option<TaskRow>,
 }
 
 impl Drop for RunContext {
@@ -45,19 +48,24 @@ impl Drop for RunContext {
 
 pub(crate) async fn run<K: TaskKind>(
     kind: Arc<Erased<K>>,
-    ctx: RunContext,
+    mut ctx: RunContext,
     slot: OwnedSemaphorePermit,
 ) {
+    let claimed = ctx.claimed.take();
     let slots = ctx.engine.queue.slots().clone();
-    slots::holding(slots, slot, advance_until_stopped(kind, ctx)).await;
+    slots::holding(slots, slot, advance_until_stopped(kind, ctx, claimed)).await;
 }
 
 /// Advances the task until it ends, is stopped or loses its lease, claiming it again after a
 /// store error.
-async fn advance_until_stopped<K: TaskKind>(kind: Arc<Erased<K>>, ctx: RunContext) {
+async fn advance_until_stopped<K: TaskKind>(
+    kind: Arc<Erased<K>>,
+    ctx: RunContext,
+    mut claimed: Option<TaskRow>,
+) {
     let mut delay = RETRY_FIRST;
     loop {
-        let Err(e) = advance(&kind, &ctx).await else {
+        let Err(e) = advance(&kind, &ctx, claimed.take()).await else {
             return;
         };
         metrics::counter!(telemetry::STORE_ERRORS, "during" => "step").increment(1);
@@ -82,16 +90,25 @@ async fn advance_until_stopped<K: TaskKind>(kind: Arc<Erased<K>>, ctx: RunContex
     }
 }
 
-/// One run of the worker from a fresh claim. `Err`: the store failed; what is durable stands,
-/// and a new claim resumes from it.
-async fn advance<K: TaskKind>(kind: &Erased<K>, ctx: &RunContext) -> Result<(), StoreError> {
+/// One run of the worker from a fresh claim, its own or `claimed`, the one the task was
+/// stored with. `Err`: the store failed; what is durable stands, and a new claim resumes from
+/// it.
+async fn advance<K: TaskKind>(
+    kind: &Erased<K>,
+    ctx: &RunContext,
+    claimed: Option<TaskRow>,
+) -> Result<(), StoreError> {
     let engine = ctx.engine.clone();
     let id = ctx.task_id.as_str();
     if ctx.stop.is_cancelled() {
         return Ok(());
     }
-    let Some(row) = engine.store.claim_task(id, &engine.claimant).await? else {
-        return Ok(());
+    let row = match claimed {
+        Some(row) => row,
+        None => match engine.store.claim_task(id, &engine.claimant).await? {
+            Some(row) => row,
+            None => return Ok(()),
+        },
     };
     // Paused, cancelled or superseded while claiming: a successor may be running already, and
     // this worker's `restore` must not touch what the successor restored.

@@ -79,12 +79,23 @@ impl<T> Queue<T> {
         &self.slots
     }
 
+    /// A slot at once if one is free and nobody waits for it.
+    pub(super) fn try_admit(&self) -> Option<OwnedSemaphorePermit> {
+        let waiting = self.waiting.lock().expect("slot queue lock");
+        Self::free_slot(&waiting, &self.slots)
+    }
+
+    fn free_slot(waiting: &VecDeque<T>, slots: &Arc<Semaphore>) -> Option<OwnedSemaphorePermit> {
+        match waiting.is_empty() {
+            true => slots.clone().try_acquire_owned().ok(),
+            false => None,
+        }
+    }
+
     /// A slot at once if one is free and nobody waits for it, else `item` queues.
     pub(super) fn admit_or_queue(&self, item: T) -> Option<(T, OwnedSemaphorePermit)> {
         let mut waiting = self.waiting.lock().expect("slot queue lock");
-        if waiting.is_empty()
-            && let Ok(permit) = self.slots.clone().try_acquire_owned()
-        {
+        if let Some(permit) = Self::free_slot(&waiting, &self.slots) {
             return Some((item, permit));
         }
         waiting.push_back(item);

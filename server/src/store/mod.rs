@@ -32,8 +32,8 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 pub use model::{
-    CallBinding, NewEvent, NewTask, PRUNE_BATCH, Pruned, Refusal, StepCommit, StoredEvent,
-    StreamInfo, TaskHandle, TaskRow, Transition, is_standalone,
+    CallBinding, FIRST_LEASE, NewEvent, NewTask, PRUNE_BATCH, Pruned, Refusal, StepCommit,
+    StoredEvent, StreamInfo, TaskHandle, TaskRow, Transition, is_standalone,
 };
 
 pub(crate) fn now_ms() -> i64 {

@@ -3,6 +3,8 @@
 use durable_shared::{Question, TaskInfo};
 use serde_json::Value;
 
+use super::Claimant;
+
 /// A task about to be stored, with its first checkpoint.
 #[derive(Debug, Clone)]
 pub struct NewTask {
@@ -16,7 +18,15 @@ pub struct NewTask {
     pub exclusive: Option<String>,
     /// The task is refused when its owner already has this many unfinished tasks.
     pub owner_limit: u64,
+    /// Stored `running`, claimed by this node under its first lease (attempt 1), as
+    /// [`TaskRepo::claim_task`](super::TaskRepo::claim_task) would leave it: what a node that
+    /// has a running slot free at once does, sparing the claim's own transaction. `None`:
+    /// stored `pending`, for whichever node claims it.
+    pub claim: Option<Claimant>,
 }
+
+/// The lease of a task stored already claimed ([`NewTask::claim`]): its first attempt.
+pub const FIRST_LEASE: i64 = 1;
 
 /// Why a task was not stored: the insert's conditions, not a storage failure.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

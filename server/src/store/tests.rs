@@ -89,6 +89,7 @@ pub(super) fn new_task(id: &str) -> NewTask {
         checkpoint: json!({"done": 0}),
         exclusive: None,
         owner_limit: u64::MAX,
+        claim: None,
     }
 }
 
@@ -700,6 +701,32 @@ contract! {
         );
         let info = store.commit_step(commit("t", taken.lease, 1)).await.unwrap().unwrap();
         assert_eq!((info.step, info.node.as_deref()), (1, Some("b")));
+    }
+}
+
+contract! {
+    /// A task stored claimed is fenced exactly as one claimed after its insert: running under
+    /// the first lease of its node, which commits, while another node takes it only once that
+    /// lease lapses, and the first lease is then fenced out.
+    async fn a_task_stored_claimed_holds_its_first_lease(fx) {
+        let store = fx.store.clone();
+        let claimed = |id: &str, claimant: Claimant| NewTask {
+            claim: Some(claimant),
+            ..new_task(id)
+        };
+        let info = store.insert_task(claimed("t", node("a"))).await.unwrap();
+        assert_eq!((info.status, info.node.as_deref()), (TaskStatus::Running, Some("a")));
+        assert!(store.claim_task("t", &node("b")).await.unwrap().is_none());
+        assert!(store.claimable_tasks(&node("b"), false, 10).await.unwrap().is_empty());
+        let committed = store.commit_step(commit("t", FIRST_LEASE, 1)).await.unwrap();
+        assert_eq!(committed.map(|info| info.step), Some(1));
+
+        store.insert_task(claimed("u", fleeting("a"))).await.unwrap();
+        lapse().await;
+        let taken = store.claim_task("u", &node("b")).await.unwrap().unwrap();
+        assert!(taken.lease > FIRST_LEASE, "{}", taken.lease);
+        assert!(store.commit_step(commit("u", FIRST_LEASE, 1)).await.unwrap().is_none());
+        assert_eq!(taken.checkpoint, json!({"done": 0}), "the first checkpoint, as stored");
     }
 }
 

@@ -16,7 +16,7 @@ use tokio_postgres::Row;
 
 use super::{Postgres, signed, unsigned};
 use crate::store::{
-    Claimant, NewTask, Refusal, StepCommit, StoreError, TaskRepo, TaskRow, Transition,
+    Claimant, FIRST_LEASE, NewTask, Refusal, StepCommit, StoreError, TaskRepo, TaskRow, Transition,
 };
 
 /// The columns of a [`TaskInfo`], in the order [`read_info`] reads them.
@@ -97,9 +97,9 @@ const SELECT_INFO: &str = concat!("SELECT ", info_columns!(), " FROM tasks WHERE
 macro_rules! insert {
     () => {
         "INSERT INTO tasks (id, kind, owner, params, status, total, checkpoint, message, \
-         created_at, updated_at, exclusive) \
-         SELECT $1, $2, $3, $4, 'pending', $5, $6, 'queued', durable_now_ms(), durable_now_ms(), \
-           $7 \
+         created_at, updated_at, exclusive, node, lease, lease_expires_at) \
+         SELECT $1, $2, $3, $4, $9, $5, $6, 'queued', durable_now_ms(), durable_now_ms(), \
+           $7, $10, $11, durable_now_ms() + $12 \
          WHERE (SELECT count(*) FROM tasks WHERE owner = $3 \
            AND status IN ('pending', 'running', 'paused', 'input_required')) < $8"
     };
@@ -125,6 +125,17 @@ impl Postgres {
     /// Runs `sql`, one of the inserts, for `task`; a held exclusive resource is refused with
     /// the task that holds it.
     async fn insert(&self, sql: &str, task: &NewTask) -> Result<Option<TaskInfo>, StoreError> {
+        // A claimed task starts running under its first lease, as `claim_task` leaves one; an
+        // unclaimed one's lease expiry stays NULL (NULL plus anything).
+        let (status, node, lease, ttl_ms) = match &task.claim {
+            Some(claimant) => (
+                "running",
+                Some(&claimant.node),
+                FIRST_LEASE,
+                Some(claimant.ttl_ms()),
+            ),
+            None => ("pending", None, 0, None),
+        };
         let inserted = self
             .query_opt(
                 sql,
@@ -137,6 +148,10 @@ impl Postgres {
                     &task.checkpoint.to_string(),
                     &task.exclusive,
                     &signed(task.owner_limit.min(i64::MAX as u64))?,
+                    &status,
+                    &node,
+                    &lease,
+                    &ttl_ms,
                 ],
                 read_info,
             )

@@ -16,7 +16,8 @@ use serde_json::Value;
 
 use super::Sqlite;
 use crate::store::{
-    Claimant, NewTask, Refusal, StepCommit, StoreError, TaskRepo, TaskRow, Transition, now_ms,
+    Claimant, FIRST_LEASE, NewTask, Refusal, StepCommit, StoreError, TaskRepo, TaskRow, Transition,
+    now_ms,
 };
 
 /// The columns of a [`TaskInfo`], in the order [`read_info`] reads them; the checkpoint is read
@@ -551,10 +552,19 @@ fn insert(conn: &Connection, task: &NewTask) -> Result<(), StoreError> {
         .into());
     }
     let now = now_ms();
+    let (status, node, lease, lease_expires_at) = match &task.claim {
+        Some(claimant) => (
+            "running",
+            Some(&claimant.node),
+            FIRST_LEASE,
+            Some(now + claimant.ttl_ms()),
+        ),
+        None => ("pending", None, 0, None),
+    };
     conn.prepare_cached(
         "INSERT INTO tasks (id, kind, owner, params, status, total, checkpoint, message, \
-         created_at, updated_at, exclusive) \
-         VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6, 'queued', ?7, ?7, ?8)",
+         created_at, updated_at, exclusive, node, lease, lease_expires_at) \
+         VALUES (?1, ?2, ?3, ?4, ?9, ?5, ?6, 'queued', ?7, ?7, ?8, ?10, ?11, ?12)",
     )?
     .execute(params![
         task.id,
@@ -565,6 +575,10 @@ fn insert(conn: &Connection, task: &NewTask) -> Result<(), StoreError> {
         task.checkpoint.to_string(),
         now,
         task.exclusive,
+        status,
+        node,
+        lease,
+        lease_expires_at,
     ])?;
     Ok(())
 }
