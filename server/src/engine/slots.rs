@@ -86,10 +86,10 @@ impl<T> Queue<T> {
     }
 
     fn free_slot(waiting: &VecDeque<T>, slots: &Arc<Semaphore>) -> Option<OwnedSemaphorePermit> {
-        match waiting.is_empty() {
-            true => slots.clone().try_acquire_owned().ok(),
-            false => None,
+        if !waiting.is_empty() {
+            return None;
         }
+        slots.clone().try_acquire_owned().ok()
     }
 
     /// A slot at once if one is free and nobody waits for it, else `item` queues.

@@ -28,6 +28,36 @@ pub struct NewTask {
 /// The lease of a task stored already claimed ([`NewTask::claim`]): its first attempt.
 pub const FIRST_LEASE: i64 = 1;
 
+/// How a new task is stored as to its lease: both backends' inserts write these columns.
+pub(super) struct InitialLease<'a> {
+    pub status: &'static str,
+    pub node: Option<&'a str>,
+    pub lease: i64,
+    /// How long from the insert the lease lasts; `None` (no expiry) for an unclaimed task.
+    pub ttl_ms: Option<i64>,
+}
+
+impl NewTask {
+    /// `running` under [`FIRST_LEASE`] of the claimant, as `claim_task` would leave it, or
+    /// `pending` with no lease.
+    pub(super) fn initial_lease(&self) -> InitialLease<'_> {
+        match &self.claim {
+            Some(claimant) => InitialLease {
+                status: "running",
+                node: Some(&claimant.node),
+                lease: FIRST_LEASE,
+                ttl_ms: Some(claimant.ttl_ms()),
+            },
+            None => InitialLease {
+                status: "pending",
+                node: None,
+                lease: 0,
+                ttl_ms: None,
+            },
+        }
+    }
+}
+
 /// Why a task was not stored: the insert's conditions, not a storage failure.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum Refusal {

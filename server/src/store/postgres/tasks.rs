@@ -16,7 +16,7 @@ use tokio_postgres::Row;
 
 use super::{Postgres, signed, unsigned};
 use crate::store::{
-    Claimant, FIRST_LEASE, NewTask, Refusal, StepCommit, StoreError, TaskRepo, TaskRow, Transition,
+    Claimant, NewTask, Refusal, StepCommit, StoreError, TaskRepo, TaskRow, Transition,
 };
 
 /// The columns of a [`TaskInfo`], in the order [`read_info`] reads them.
@@ -125,17 +125,8 @@ impl Postgres {
     /// Runs `sql`, one of the inserts, for `task`; a held exclusive resource is refused with
     /// the task that holds it.
     async fn insert(&self, sql: &str, task: &NewTask) -> Result<Option<TaskInfo>, StoreError> {
-        // A claimed task starts running under its first lease, as `claim_task` leaves one; an
-        // unclaimed one's lease expiry stays NULL (NULL plus anything).
-        let (status, node, lease, ttl_ms) = match &task.claim {
-            Some(claimant) => (
-                "running",
-                Some(&claimant.node),
-                FIRST_LEASE,
-                Some(claimant.ttl_ms()),
-            ),
-            None => ("pending", None, 0, None),
-        };
+        // An unclaimed task's lease expiry stays NULL (NULL plus anything).
+        let initial = task.initial_lease();
         let inserted = self
             .query_opt(
                 sql,
@@ -148,10 +139,10 @@ impl Postgres {
                     &task.checkpoint.to_string(),
                     &task.exclusive,
                     &signed(task.owner_limit.min(i64::MAX as u64))?,
-                    &status,
-                    &node,
-                    &lease,
-                    &ttl_ms,
+                    &initial.status,
+                    &initial.node,
+                    &initial.lease,
+                    &initial.ttl_ms,
                 ],
                 read_info,
             )

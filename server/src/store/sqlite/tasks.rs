@@ -16,8 +16,7 @@ use serde_json::Value;
 
 use super::Sqlite;
 use crate::store::{
-    Claimant, FIRST_LEASE, NewTask, Refusal, StepCommit, StoreError, TaskRepo, TaskRow, Transition,
-    now_ms,
+    Claimant, NewTask, Refusal, StepCommit, StoreError, TaskRepo, TaskRow, Transition, now_ms,
 };
 
 /// The columns of a [`TaskInfo`], in the order [`read_info`] reads them; the checkpoint is read
@@ -552,15 +551,7 @@ fn insert(conn: &Connection, task: &NewTask) -> Result<(), StoreError> {
         .into());
     }
     let now = now_ms();
-    let (status, node, lease, lease_expires_at) = match &task.claim {
-        Some(claimant) => (
-            "running",
-            Some(&claimant.node),
-            FIRST_LEASE,
-            Some(now + claimant.ttl_ms()),
-        ),
-        None => ("pending", None, 0, None),
-    };
+    let initial = task.initial_lease();
     conn.prepare_cached(
         "INSERT INTO tasks (id, kind, owner, params, status, total, checkpoint, message, \
          created_at, updated_at, exclusive, node, lease, lease_expires_at) \
@@ -575,10 +566,10 @@ fn insert(conn: &Connection, task: &NewTask) -> Result<(), StoreError> {
         task.checkpoint.to_string(),
         now,
         task.exclusive,
-        status,
-        node,
-        lease,
-        lease_expires_at,
+        initial.status,
+        initial.node,
+        initial.lease,
+        initial.ttl_ms.map(|ttl| now + ttl),
     ])?;
     Ok(())
 }
