@@ -1,7 +1,9 @@
 //! A fixed workload to profile under callgrind, not a timing benchmark: the in-process server
 //! answers `CALLS` sequential `ping`s (`ping`), `CALLS` `start_batch_processing` calls whose
 //! instant tasks (time scale 0) are then waited for (`start`), or `CALLS` reads of a finished
-//! task's `task://status/{id}` (`read`), on one session over HTTP; or it
+//! task's `task://status/{id}` (`read`), on one session over HTTP; the same calls `CALLS` x 16
+//! times from 16 sessions with 32 in flight each, the load bench's shape, in which the store's
+//! writer commits many writes per transaction (`ping-load`, `start-load`, `read-load`); or it
 //! replays `MISSED` stored events to a client resuming the session's standalone stream with
 //! `Last-Event-ID` (`replay`, as `benches/streams.rs` times it). Prefixed `ceiling-`, the
 //! workload runs on the in-memory ceiling the load bench compares with (`ceiling-read`), the
@@ -30,10 +32,13 @@
 //! The instruction count includes the client (reqwest) in the same process; it is the same on
 //! both sides of a comparison.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use durable_mcp_server::store::{NewEvent, Store};
 use durable_mcp_server::streams::StreamStore;
+use rusqlite::{Connection, OpenFlags};
 use serde_json::{Value, json};
 use support::{Session, serve};
 use tokio_util::sync::CancellationToken;
@@ -41,6 +46,9 @@ use tokio_util::sync::CancellationToken;
 mod support;
 
 const CALLS: usize = 300;
+/// The `-load` workloads' sessions, and requests each keeps in flight (as `benches/load.rs`).
+const LOAD_SESSIONS: usize = 16;
+const LOAD_IN_FLIGHT: usize = 32;
 const WARM_UP: usize = 20;
 const MISSED: usize = 10_000;
 
@@ -78,23 +86,19 @@ async fn first_status_uri(session: &Session) -> String {
         .to_owned()
 }
 
-/// Whether no task is pending or running.
-async fn all_finished(session: &Session) -> bool {
-    for uri in ["task://list/pending", "task://list/running"] {
-        let reply = session
-            .post(
-                json!({"jsonrpc": "2.0", "id": 0, "method": "resources/read",
-                         "params": {"uri": uri}}),
-            )
-            .await;
-        let result = support::result(&reply);
-        let text = result["contents"][0]["text"].as_str().unwrap();
-        let list: Value = serde_json::from_str(text).unwrap();
-        if list["total"] != 0 {
-            return false;
-        }
-    }
-    true
+/// Whether no task is pending or running, read from the database beside the server (a
+/// `task://list` read would cost the server, and so the figure, more than the tasks do).
+fn all_finished(db: &std::path::Path) -> bool {
+    let conn = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    conn.busy_timeout(Duration::from_secs(5)).unwrap();
+    let unfinished: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM tasks WHERE status IN ('pending', 'running')",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    unfinished == 0
 }
 
 /// Stores `MISSED` events on the session's standalone stream after the one whose id the client
@@ -137,35 +141,69 @@ async fn run(workload: &str) {
             true,
         ),
     };
-    let session = Session::open(served.url.clone()).await;
+    let (workload, sessions) = match workload.strip_suffix("-load") {
+        Some(workload) => (workload, LOAD_SESSIONS),
+        None => (workload, 1),
+    };
+    let mut all = Vec::new();
+    for _ in 0..sessions {
+        all.push(Session::open(served.url.clone()).await);
+    }
+    let session = all[0].clone();
     if workload == "replay" {
         assert!(durable, "the ceiling stores no events to replay");
         replay(&db, &session).await;
         served.stop().await;
         return;
     }
-    let body: Box<dyn Fn(usize) -> Value> = match workload {
-        "ping" => Box::new(ping),
-        "start" => Box::new(start),
+    let body: Arc<dyn Fn(usize) -> Value + Send + Sync> = match workload {
+        "ping" => Arc::new(ping),
+        "start" => Arc::new(start),
         "read" => {
             let uri = first_status_uri(&session).await;
-            Box::new(move |id| read(id, &uri))
+            Arc::new(move |id| read(id, &uri))
         }
-        other => panic!("unknown workload {other:?}: ping, start, read or replay"),
+        other => panic!("unknown workload {other:?}: ping, start, read or replay, -load"),
     };
     for i in 0..WARM_UP {
         assert!(session.post(body(i + 1)).await.contains("\"result\""));
     }
-    while durable && !all_finished(&session).await {
+    while durable && !all_finished(&db) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     profile_begin();
-    for i in 0..CALLS {
-        let reply = session.post(body(i + 1_000)).await;
-        assert!(reply.contains("\"result\""), "unexpected reply {reply}");
+    if sessions == 1 {
+        for i in 0..CALLS {
+            let reply = session.post(body(i + 1_000)).await;
+            assert!(reply.contains("\"result\""), "unexpected reply {reply}");
+        }
+    } else {
+        // Every in-flight slot takes the next call number until `CALLS` per session are sent.
+        let next = Arc::new(AtomicUsize::new(1_000));
+        let last = 1_000 + CALLS * sessions;
+        let slots: Vec<_> = all
+            .iter()
+            .flat_map(|session| std::iter::repeat_n(session, LOAD_IN_FLIGHT))
+            .map(|session| {
+                let (session, next, body) = (session.clone(), next.clone(), body.clone());
+                tokio::spawn(async move {
+                    loop {
+                        let id = next.fetch_add(1, Ordering::Relaxed);
+                        if id >= last {
+                            return;
+                        }
+                        let reply = session.post(body(id)).await;
+                        assert!(reply.contains("\"result\""), "unexpected reply {reply}");
+                    }
+                })
+            })
+            .collect();
+        for slot in slots {
+            slot.await.expect("a load slot");
+        }
     }
     // A start is done when its task is: wait for the tail, polling as little as possible.
-    while durable && !all_finished(&session).await {
+    while durable && !all_finished(&db) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     profile_end();

@@ -100,10 +100,12 @@ impl Env {
     }
 }
 
-/// Runs blocking work of a step (file I/O, fsync, hashing) without stalling the runtime's other
-/// tasks: tokio hands them to other threads meanwhile. Unlike `spawn_blocking` this adds no
-/// await point, so a step stays uninterruptible in the middle of its effect: a worker stopped
-/// by a pause never leaves a write running behind it while its successor restores.
+/// Runs blocking work of a kind (file I/O, fsync, long hashing) without stalling the runtime's
+/// other tasks: tokio hands them to other threads meanwhile. Unlike `spawn_blocking` this adds
+/// no await point, so a step stays uninterruptible in the middle of its effect: a worker
+/// stopped by a pause never leaves a write running behind it while its successor restores.
+/// The hand-over wakes another thread, which costs more than a few microseconds of work: what
+/// is that short runs in place.
 pub fn blocking<T>(work: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current() {
         Ok(runtime) if runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
@@ -223,7 +225,8 @@ pub trait TaskKind: KindSpec {
 
     /// Returns the first checkpoint of parameters that passed [`KindSpec::validate`], checking
     /// what depends on the server (files in the data directory). An `Err` is shown to the
-    /// client as an invalid-parameters error: name the field and what is allowed.
+    /// client as an invalid-parameters error: name the field and what is allowed. It runs on
+    /// the caller's async worker: a plan that reads files does so inside [`blocking`].
     fn plan(&self, params: &Self::Params, env: &Env) -> Result<Plan<Self::State>, ParamError>;
 
     /// What only one unfinished task may hold at a time, as the parameter that names it and
@@ -234,7 +237,8 @@ pub trait TaskKind: KindSpec {
     }
 
     /// Makes effects outside SQLite match `state` before the first step of a run (e.g. truncate
-    /// an output file back to the checkpointed length).
+    /// an output file back to the checkpointed length). It runs on the worker's async thread:
+    /// a restore that touches files does so inside [`blocking`].
     fn restore(
         &self,
         _params: &Self::Params,

@@ -11,6 +11,7 @@ mod runner;
 mod slots;
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -636,15 +637,13 @@ impl Engine {
             .cloned()
             .ok_or_else(|| EngineError::UnknownKind(kind.to_owned()))?;
         let env = self.inner.env.for_owner(owner);
-        let planner = erased.clone();
-        // Planning may read a whole source file: off the async workers, so that other calls go
-        // on meanwhile.
-        let planned = tokio::task::spawn_blocking(move || planner.plan(params, &env))
-            .await
-            .map_err(|e| {
-                tracing::error!(error = %e, "planning a task panicked");
-                ParamError::general("the server failed while checking the parameters")
-            })??;
+        // A kind whose planning reads files hands the runtime's other tasks to another thread
+        // meanwhile (see `kind::blocking`); a panicking plan fails this call alone.
+        let planned = std::panic::catch_unwind(AssertUnwindSafe(|| erased.plan(params, &env)))
+            .map_err(|_| {
+            tracing::error!("planning a task panicked");
+            ParamError::general("the server failed while checking the parameters")
+        })??;
         let (field, exclusive) = planned.exclusive.unzip();
         let task = NewTask {
             id: id(&planned.params),

@@ -141,7 +141,7 @@ async fn advance<K: TaskKind>(
         }
     };
     let env = engine.env.for_owner(&row.info.owner);
-    if let Err(e) = super::kind::blocking(|| kind.kind().restore(&params, &state, &env)) {
+    if let Err(e) = kind.kind().restore(&params, &state, &env) {
         return fail(
             &engine,
             id,

@@ -220,64 +220,71 @@ fn open_destination(dir: &Dir, path: &Path) -> std::io::Result<File> {
     Ok(file.into_std())
 }
 
+/// [`TaskKind::plan`] of a migration: checks both paths and counts the source's records.
+fn plan(params: &MigrationParams, env: &Env) -> Result<Plan<MigrationState>, ParamError> {
+    let (source, destination) = paths(params, env)?;
+    let dir = env
+        .dir()
+        .map_err(|e| ParamError::general(format!("the data directory is unusable: {e}")))?;
+    if dir.metadata(&destination).is_ok_and(|meta| meta.is_dir()) {
+        return Err(ParamError::new(
+            "destination_path",
+            format!(
+                "destination_path {:?} is a directory; name a file",
+                params.destination_path
+            ),
+        ));
+    }
+    if let Some(source) = source {
+        if source == destination {
+            return Err(ParamError::new(
+                "destination_path",
+                "source_path and destination_path must differ",
+            ));
+        }
+        match dir.metadata(&source) {
+            Ok(meta) if meta.is_file() => {}
+            Ok(_) => {
+                return Err(ParamError::new(
+                    "source_path",
+                    format!("source_path {:?} is not a file", params.source_path),
+                ));
+            }
+            Err(e) => return Err(path_error("source_path", &params.source_path, &e)),
+        }
+        let format = source_format(&params.source_path)?;
+        let available = count_file_records(&dir, &source, format, params.record_count)?;
+        if available < params.record_count {
+            return Err(ParamError::new(
+                "record_count",
+                format!(
+                    "record_count is {} but source_path {:?} holds only {available} records",
+                    params.record_count, params.source_path
+                ),
+            ));
+        }
+    }
+    Ok(Plan {
+        total: params.record_count,
+        state: MigrationState {
+            records_done: 0,
+            destination_bytes: 0,
+            source_offset: 0,
+        },
+    })
+}
+
 impl TaskKind for DataMigration {
     type State = MigrationState;
 
+    /// Reads the whole source file to count its records: on a thread of its own (see
+    /// [`blocking`]), so that other calls go on meanwhile.
     fn plan(
         &self,
         params: &MigrationParams,
         env: &Env,
     ) -> Result<Plan<MigrationState>, ParamError> {
-        let (source, destination) = paths(params, env)?;
-        let dir = env
-            .dir()
-            .map_err(|e| ParamError::general(format!("the data directory is unusable: {e}")))?;
-        if dir.metadata(&destination).is_ok_and(|meta| meta.is_dir()) {
-            return Err(ParamError::new(
-                "destination_path",
-                format!(
-                    "destination_path {:?} is a directory; name a file",
-                    params.destination_path
-                ),
-            ));
-        }
-        if let Some(source) = source {
-            if source == destination {
-                return Err(ParamError::new(
-                    "destination_path",
-                    "source_path and destination_path must differ",
-                ));
-            }
-            match dir.metadata(&source) {
-                Ok(meta) if meta.is_file() => {}
-                Ok(_) => {
-                    return Err(ParamError::new(
-                        "source_path",
-                        format!("source_path {:?} is not a file", params.source_path),
-                    ));
-                }
-                Err(e) => return Err(path_error("source_path", &params.source_path, &e)),
-            }
-            let format = source_format(&params.source_path)?;
-            let available = count_file_records(&dir, &source, format, params.record_count)?;
-            if available < params.record_count {
-                return Err(ParamError::new(
-                    "record_count",
-                    format!(
-                        "record_count is {} but source_path {:?} holds only {available} records",
-                        params.record_count, params.source_path
-                    ),
-                ));
-            }
-        }
-        Ok(Plan {
-            total: params.record_count,
-            state: MigrationState {
-                records_done: 0,
-                destination_bytes: 0,
-                source_offset: 0,
-            },
-        })
+        blocking(|| plan(params, env))
     }
 
     /// Two unfinished tasks writing one file would interleave their batches.
@@ -291,28 +298,31 @@ impl TaskKind for DataMigration {
         ))
     }
 
+    /// Truncates and fsyncs the destination: on a thread of its own (see [`blocking`]).
     fn restore(
         &self,
         params: &MigrationParams,
         state: &MigrationState,
         env: &Env,
     ) -> Result<(), StepError> {
-        let (_, destination) = paths(params, env)?;
-        let file = open_destination(&data_dir(env)?, &destination).map_err(|e| {
-            StepError(path_error("destination_path", &params.destination_path, &e).message)
-        })?;
-        let length = file.metadata()?.len();
-        if length < state.destination_bytes {
-            return Err(StepError(format!(
-                "destination is {length} bytes but the checkpoint says {} were written; it was \
-                 changed outside durable-mcp",
-                state.destination_bytes
-            )));
-        }
-        // Drop whatever a step wrote after the last committed checkpoint.
-        file.set_len(state.destination_bytes)?;
-        file.sync_all()?;
-        Ok(())
+        blocking(|| {
+            let (_, destination) = paths(params, env)?;
+            let file = open_destination(&data_dir(env)?, &destination).map_err(|e| {
+                StepError(path_error("destination_path", &params.destination_path, &e).message)
+            })?;
+            let length = file.metadata()?.len();
+            if length < state.destination_bytes {
+                return Err(StepError(format!(
+                    "destination is {length} bytes but the checkpoint says {} were written; it was \
+                     changed outside durable-mcp",
+                    state.destination_bytes
+                )));
+            }
+            // Drop whatever a step wrote after the last committed checkpoint.
+            file.set_len(state.destination_bytes)?;
+            file.sync_all()?;
+            Ok(())
+        })
     }
 
     async fn step(
