@@ -1,6 +1,6 @@
 //! What the repositories store and return, the same for every backend.
 
-use durable_shared::{Question, TaskInfo};
+use durable_shared::{Question, TaskInfo, TaskStatus};
 use serde_json::Value;
 
 use super::Claimant;
@@ -30,7 +30,7 @@ pub const FIRST_LEASE: i64 = 1;
 
 /// How a new task is stored as to its lease: both backends' inserts write these columns.
 pub(super) struct InitialLease<'a> {
-    pub status: &'static str,
+    pub status: TaskStatus,
     pub node: Option<&'a str>,
     pub lease: i64,
     /// How long from the insert the lease lasts; `None` (no expiry) for an unclaimed task.
@@ -43,13 +43,13 @@ impl NewTask {
     pub(super) fn initial_lease(&self) -> InitialLease<'_> {
         match &self.claim {
             Some(claimant) => InitialLease {
-                status: "running",
+                status: TaskStatus::Running,
                 node: Some(&claimant.node),
                 lease: FIRST_LEASE,
                 ttl_ms: Some(claimant.ttl_ms()),
             },
             None => InitialLease {
-                status: "pending",
+                status: TaskStatus::Pending,
                 node: None,
                 lease: 0,
                 ttl_ms: None,

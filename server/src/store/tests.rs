@@ -664,6 +664,7 @@ contract! {
         task.checkpoint = serde_json::from_str(r#"{"offset": 18446744073709551615, "rate": 1e-7}"#).unwrap();
         let stored = fx.store.insert_task(task.clone()).await.unwrap();
         assert_eq!(stored.parameters.to_string(), task.params.to_string());
+        assert_eq!(Some(stored), fx.store.get_task("j").await.unwrap(), "the insert's answer is the row");
         let row = fx.store.claim_task("j", &node("a")).await.unwrap().unwrap();
         assert_eq!(row.checkpoint, task.checkpoint);
     }
@@ -716,6 +717,7 @@ contract! {
         };
         let info = store.insert_task(claimed("t", node("a"))).await.unwrap();
         assert_eq!((info.status, info.node.as_deref()), (TaskStatus::Running, Some("a")));
+        assert_eq!(Some(info), store.get_task("t").await.unwrap(), "the insert's answer is the row");
         assert!(store.claim_task("t", &node("b")).await.unwrap().is_none());
         assert!(store.claimable_tasks(&node("b"), false, 10).await.unwrap().is_empty());
         let committed = store.commit_step(commit("t", FIRST_LEASE, 1)).await.unwrap();

@@ -9,12 +9,8 @@ use tokio_postgres::types::ToSql;
 use super::{Postgres, signed, unsigned};
 use crate::store::{
     CallBinding, NewEvent, Pruned, Refusal, StoreError, StoredEvent, StreamInfo, StreamRepo,
-    is_standalone,
+    is_standalone, new_stream_token,
 };
-
-fn new_token() -> String {
-    hex::encode(rand::random::<[u8; 16]>())
-}
 
 /// Appends an event in one statement, so in one transaction: advance (or create) the stream's
 /// counter, insert the event, reveal the binding's stream, and close the binding of a call
@@ -103,7 +99,7 @@ impl StreamRepo for Postgres {
         let retry_ms = event.retry_ms.map(signed).transpose()?;
         let read = |row: &Row| Ok((row.try_get(0)?, unsigned(row, 1)?));
         let appended = if event.opens {
-            let token = new_token();
+            let token = new_stream_token();
             let params: [&(dyn ToSql + Sync); 7] = [
                 &token,
                 &event.stream_id,

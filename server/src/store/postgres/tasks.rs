@@ -139,7 +139,7 @@ impl Postgres {
                     &task.checkpoint.to_string(),
                     &task.exclusive,
                     &signed(task.owner_limit.min(i64::MAX as u64))?,
-                    &initial.status,
+                    &initial.status.as_str(),
                     &initial.node,
                     &initial.lease,
                     &initial.ttl_ms,

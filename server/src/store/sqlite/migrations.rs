@@ -190,6 +190,54 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE streams ADD COLUMN instance TEXT;
     "#,
+    // 10: each owner's count of unfinished tasks, kept by triggers, for the per-owner limit
+    // that every new task is checked against. Counting the owner's rows instead cost each
+    // insert a walk over all of them: under a burst of starts, thousands of pending tasks made
+    // the count cost more than the rest of the start. The index that count used goes.
+    // "Unfinished" is spelled with ORs, as in version 5. A task's owner never changes, and a
+    // terminal status is never left, but the counts follow either should it ever happen.
+    r#"
+    CREATE TABLE owner_load (
+        owner      TEXT PRIMARY KEY,
+        unfinished INTEGER NOT NULL
+    ) STRICT, WITHOUT ROWID;
+    INSERT INTO owner_load (owner, unfinished)
+        SELECT owner, count(*) FROM tasks
+        WHERE status = 'pending' OR status = 'running' OR status = 'paused'
+           OR status = 'input_required'
+        GROUP BY owner;
+    DROP INDEX tasks_unfinished_by_owner;
+    CREATE TRIGGER owner_load_counts_in AFTER INSERT ON tasks
+        WHEN NEW.status = 'pending' OR NEW.status = 'running' OR NEW.status = 'paused'
+          OR NEW.status = 'input_required'
+    BEGIN
+        INSERT INTO owner_load (owner, unfinished) VALUES (NEW.owner, 1)
+            ON CONFLICT (owner) DO UPDATE SET unfinished = unfinished + 1;
+    END;
+    CREATE TRIGGER owner_load_counts_out AFTER DELETE ON tasks
+        WHEN OLD.status = 'pending' OR OLD.status = 'running' OR OLD.status = 'paused'
+          OR OLD.status = 'input_required'
+    BEGIN
+        UPDATE owner_load SET unfinished = unfinished - 1 WHERE owner = OLD.owner;
+    END;
+    CREATE TRIGGER owner_load_follows AFTER UPDATE OF status, owner ON tasks
+        WHEN OLD.owner IS NOT NEW.owner
+          OR (OLD.status = 'pending' OR OLD.status = 'running' OR OLD.status = 'paused'
+              OR OLD.status = 'input_required')
+          IS NOT (NEW.status = 'pending' OR NEW.status = 'running' OR NEW.status = 'paused'
+              OR NEW.status = 'input_required')
+    BEGIN
+        UPDATE owner_load SET unfinished = unfinished - 1
+            WHERE owner = OLD.owner
+              AND (OLD.status = 'pending' OR OLD.status = 'running' OR OLD.status = 'paused'
+                   OR OLD.status = 'input_required');
+        INSERT INTO owner_load (owner, unfinished)
+            SELECT NEW.owner, 1
+            WHERE NEW.status = 'pending' OR NEW.status = 'running' OR NEW.status = 'paused'
+               OR NEW.status = 'input_required'
+            ON CONFLICT (owner) DO UPDATE SET unfinished = unfinished + 1;
+    END;
+    "#,
 ];
 
 /// The schema version this binary writes.
@@ -226,6 +274,56 @@ mod tests {
             .pragma_query_value(None, "user_version", |row| row.get(0))
             .unwrap();
         assert_eq!(version, SCHEMA_VERSION);
+    }
+
+    /// Version 10 counts the unfinished tasks each owner already had, and its triggers keep
+    /// the counts as tasks are inserted and deleted (status changes: the lifecycle model test).
+    #[test]
+    fn owner_counts_start_from_the_tasks_there_are() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..9] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 9).unwrap();
+        let rows = [
+            ("a1", "a", "pending"),
+            ("a2", "a", "running"),
+            ("a3", "a", "completed"),
+            ("b1", "b", "paused"),
+            ("b2", "b", "input_required"),
+            ("b3", "b", "failed"),
+            ("c1", "c", "cancelled"),
+        ];
+        for (id, owner, status) in rows {
+            conn.execute(
+                "INSERT INTO tasks (id, kind, owner, params, status, total, checkpoint, \
+                 created_at, updated_at) VALUES (?1, 'k', ?2, '{}', ?3, 1, '{}', 0, 0)",
+                [id, owner, status],
+            )
+            .unwrap();
+        }
+        migrate(&mut conn).unwrap();
+        let counts = |conn: &Connection| -> Vec<(String, i64)> {
+            let mut stmt = conn
+                .prepare("SELECT owner, unfinished FROM owner_load ORDER BY owner")
+                .unwrap();
+            let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)));
+            rows.unwrap().map(Result::unwrap).collect()
+        };
+        assert_eq!(counts(&conn), [("a".into(), 2), ("b".into(), 2)]);
+
+        conn.execute(
+            "INSERT INTO tasks (id, kind, owner, params, status, total, checkpoint, created_at, \
+             updated_at) VALUES ('c2', 'k', 'c', '{}', 'pending', 1, '{}', 0, 0)",
+            [],
+        )
+        .unwrap();
+        conn.execute("DELETE FROM tasks WHERE id IN ('a1', 'a3')", [])
+            .unwrap();
+        assert_eq!(
+            counts(&conn),
+            [("a".into(), 1), ("b".into(), 2), ("c".into(), 1)]
+        );
     }
 
     #[test]

@@ -130,7 +130,7 @@ impl LiveStreams {
             .streams
             .entry(stream_id.to_owned())
             .or_insert_with(|| LiveStream {
-                token: streams::new_token(),
+                token: super::new_stream_token(),
                 next_seq: 1,
                 touched: now,
             });

@@ -8,12 +8,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::Sqlite;
 use crate::store::{
     CallBinding, Durable, NewEvent, Pruned, Refusal, StoreError, StoredEvent, StreamInfo,
-    StreamRepo, is_standalone, now_ms,
+    StreamRepo, is_standalone, new_stream_token, now_ms,
 };
-
-pub(super) fn new_token() -> String {
-    hex::encode(rand::random::<[u8; 16]>())
-}
 
 /// Appends `event`: three cached statements (find the stream, advance or create it, insert the
 /// event), and a fourth when it reveals a binding's stream or is the response of a bound call.
@@ -62,7 +58,7 @@ fn append(
         }
         None if !event.opens => return Err(ended().into()),
         None => {
-            let (token, seq) = at.unwrap_or_else(|| (new_token(), 1));
+            let (token, seq) = at.unwrap_or_else(|| (new_stream_token(), 1));
             conn.prepare_cached(
                 "INSERT INTO streams (token, stream_id, session_id, next_seq, finished, \
                  created_at, call_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -120,29 +116,31 @@ impl StreamSession {
         }
     }
 
-    /// Records it; false if another session received the stream, or it does not exist.
+    /// Records it; false if another session received the stream, or it does not exist. A
+    /// request's stream is recorded once, just after its first event, so the update comes
+    /// first and the lookup only when it changes nothing.
     fn record(&self, conn: &Connection) -> Result<bool, StoreError> {
+        let recorded = conn
+            .prepare_cached(
+                "UPDATE streams SET session_id = ?2, call_id = ?3, instance = ?4 \
+                 WHERE token = ?1 AND session_id IS NULL",
+            )?
+            .execute(params![
+                self.token,
+                self.session_id,
+                self.call_id,
+                self.instance
+            ])?;
+        if recorded > 0 {
+            return Ok(true);
+        }
         let owner: Option<Option<String>> = conn
             .prepare_cached("SELECT session_id FROM streams WHERE token = ?1")?
             .query_row([&self.token], |row| row.get(0))
             .optional()?;
-        Ok(match owner {
-            Some(Some(owner)) => owner == self.session_id,
-            Some(None) => {
-                conn.prepare_cached(
-                    "UPDATE streams SET session_id = ?2, call_id = ?3, instance = ?4 \
-                     WHERE token = ?1",
-                )?
-                .execute(params![
-                    self.token,
-                    self.session_id,
-                    self.call_id,
-                    self.instance
-                ])?;
-                true
-            }
-            None => false,
-        })
+        Ok(owner
+            .flatten()
+            .is_some_and(|owner| owner == self.session_id))
     }
 }
 

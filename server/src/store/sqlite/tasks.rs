@@ -126,30 +126,19 @@ fn in_list(statuses: &[TaskStatus]) -> String {
 
 #[async_trait]
 impl TaskRepo for Sqlite {
-    /// Stores a new task as `pending`.
+    /// Stores a new task as `pending` (or claimed, see [`NewTask::claim`]).
     async fn insert_task(&self, task: NewTask) -> Result<TaskInfo, StoreError> {
-        self.write(move |conn| {
-            insert(conn, &task)?;
-            select_info(conn, &task.id)?
-                .ok_or_else(|| StoreError::Corrupt(format!("task {} vanished", task.id)))
-        })
-        .await
+        self.write(move |conn| insert(conn, task)).await
     }
 
     /// Stores `task` unless a task with its id exists; returns the stored task and whether it was
     /// created by this call. Used for tasks whose id is derived from their arguments.
     async fn insert_or_get_task(&self, task: NewTask) -> Result<(TaskInfo, bool), StoreError> {
         self.write(move |conn| {
-            let created = match select_info(conn, &task.id)? {
-                Some(_) => false,
-                None => {
-                    insert(conn, &task)?;
-                    true
-                }
-            };
-            let info = select_info(conn, &task.id)?
-                .ok_or_else(|| StoreError::Corrupt(format!("task {} vanished", task.id)))?;
-            Ok((info, created))
+            Ok(match select_info(conn, &task.id)? {
+                Some(info) => (info, false),
+                None => (insert(conn, task)?, true),
+            })
         })
         .await
     }
@@ -524,9 +513,10 @@ impl TaskRepo for Sqlite {
     }
 }
 
-/// Inserts `task` as pending, or refuses it (see [`TaskRepo::insert_task`]). The one writer
-/// thread serialises inserts, so the checks and the insert are atomic.
-fn insert(conn: &Connection, task: &NewTask) -> Result<(), StoreError> {
+/// Inserts `task` as pending (or claimed), or refuses it (see [`TaskRepo::insert_task`]), and
+/// returns it as stored. The one writer thread serialises inserts, so the checks and the
+/// insert are atomic.
+fn insert(conn: &Connection, task: NewTask) -> Result<TaskInfo, StoreError> {
     if let Some(key) = &task.exclusive {
         let holder: Option<String> = conn
             .prepare_cached(
@@ -555,7 +545,7 @@ fn insert(conn: &Connection, task: &NewTask) -> Result<(), StoreError> {
     conn.prepare_cached(
         "INSERT INTO tasks (id, kind, owner, params, status, total, checkpoint, message, \
          created_at, updated_at, exclusive, node, lease, lease_expires_at) \
-         VALUES (?1, ?2, ?3, ?4, ?9, ?5, ?6, 'queued', ?7, ?7, ?8, ?10, ?11, ?12)",
+         VALUES (?1, ?2, ?3, ?4, ?9, ?5, ?6, ?13, ?7, ?7, ?8, ?10, ?11, ?12)",
     )?
     .execute(params![
         task.id,
@@ -566,22 +556,46 @@ fn insert(conn: &Connection, task: &NewTask) -> Result<(), StoreError> {
         task.checkpoint.to_string(),
         now,
         task.exclusive,
-        initial.status,
+        initial.status.as_str(),
         initial.node,
         initial.lease,
         initial.ttl_ms.map(|ttl| now + ttl),
+        QUEUED,
     ])?;
-    Ok(())
+    // The row just written, as `read_info` would read it back: reading it costs the writer a
+    // query and a parse of the parameters for nothing it does not know.
+    let (status, node) = (initial.status, initial.node.map(str::to_owned));
+    Ok(TaskInfo {
+        task_id: task.id,
+        status,
+        progress: 0,
+        total: task.total,
+        message: QUEUED.to_owned(),
+        result_data: None,
+        error: None,
+        created_at: time(now),
+        updated_at: time(now),
+        completed_at: None,
+        kind: task.kind,
+        parameters: task.params,
+        owner: task.owner,
+        step: 0,
+        percent: TaskInfo::percent_of(0, task.total),
+        node,
+        question: None,
+    })
 }
+
+/// How many unfinished tasks `owner` has, as the `owner_load` triggers keep count.
+/// The message of a task no worker has advanced yet.
+const QUEUED: &str = "queued";
 
 fn unfinished_of(conn: &Connection, owner: &str) -> Result<u64, StoreError> {
     Ok(conn
-        .prepare_cached(
-            "SELECT count(*) FROM tasks WHERE owner = ?1 \
-             AND (status = 'pending' OR status = 'running' OR status = 'paused' \
-             OR status = 'input_required')",
-        )?
-        .query_row([owner], |row| row.get(0))?)
+        .prepare_cached("SELECT unfinished FROM owner_load WHERE owner = ?1")?
+        .query_row([owner], |row| row.get(0))
+        .optional()?
+        .unwrap_or(0))
 }
 
 #[cfg(test)]
@@ -608,7 +622,7 @@ mod tests {
         let (_dir, store) = store().await;
         let failed = store
             .write(|conn| {
-                insert(conn, &new_task("bad"))?;
+                insert(conn, new_task("bad"))?;
                 conn.execute("UPDATE tasks SET status = 'bogus' WHERE id = 'bad'", [])?;
                 Ok(())
             })

@@ -12,7 +12,8 @@
 //! is its own node's, and bumps the attempt; a step commit (one that asks a question too, which
 //! leaves the task `input_required`) or a failure needs the current attempt on a `running`
 //! task; an answer needs the question asked last to be open, and makes the task `pending`; a
-//! terminal status is never left.
+//! terminal status is never left. The task's owner counts it as unfinished exactly while
+//! its status is not terminal.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -279,8 +280,16 @@ fn check_model(runtime: &tokio::runtime::Runtime, fixture: &Fixture, cases: u32)
         let n = case.fetch_add(1, Ordering::Relaxed);
         let id = format!("model-{n}");
         let nodes = [node(&format!("a{n}")), node(&format!("b{n}"))];
+        // An owner of its own, whose count of unfinished tasks is this task's status.
+        let owner = format!("owner-{n}");
         runtime.block_on(async {
-            store.insert_task(new_task(&id)).await.unwrap();
+            store
+                .insert_task(NewTask {
+                    owner: owner.clone(),
+                    ..new_task(&id)
+                })
+                .await
+                .unwrap();
             let mut model = Model::new(restart_releases);
             for (i, op) in ops.iter().enumerate() {
                 let applied = apply(store, &id, &nodes, &model, op).await;
@@ -300,6 +309,14 @@ fn check_model(runtime: &tokio::runtime::Runtime, fixture: &Fixture, cases: u32)
                 let open =
                     (model.status == TaskStatus::InputRequired).then(|| question(model.asked));
                 prop_assert_eq!(task.question, open, "after op {} {:?}", i, op);
+                let unfinished = store.unfinished_tasks_of(&owner).await.unwrap();
+                prop_assert_eq!(
+                    unfinished,
+                    u64::from(!model.status.is_terminal()),
+                    "the owner's unfinished tasks after op {} {:?}",
+                    i,
+                    op
+                );
                 if before.status.is_terminal() {
                     prop_assert_eq!(task.status, before.status, "a terminal status was left");
                 }
