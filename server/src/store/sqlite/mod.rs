@@ -77,6 +77,19 @@ struct Batch<'c> {
     shared: bool,
 }
 
+/// How a write that fails is undone when other writes share its transaction.
+#[derive(Clone, Copy, PartialEq)]
+enum Undo {
+    /// By its own savepoint: the write runs several statements that change the database, and
+    /// a later one failing must take the earlier ones with it.
+    Savepoint,
+    /// By SQLite itself: the write changes the database by one statement at most, and nothing
+    /// after that statement can fail. A statement that fails undoes what it did and leaves the
+    /// transaction as it was, so the savepoint (two more statements, and a copy of every page
+    /// the write changes) would buy nothing.
+    Statement,
+}
+
 /// The SQLite backend: its writer thread and its readers.
 #[derive(Clone)]
 pub struct Sqlite {
@@ -183,8 +196,27 @@ impl Sqlite {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
+        self.write_as(Undo::Savepoint, f).await
+    }
+
+    /// [`Sqlite::write`] for an `f` that changes the database by one statement at most, after
+    /// which nothing can fail (see [`Undo::Statement`]): what it reads back it returns as
+    /// stored, for the caller to parse after the write.
+    async fn write_statement<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        self.write_as(Undo::Statement, f).await
+    }
+
+    async fn write_as<T, F>(&self, undo: Undo, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
         let (tx, rx) = oneshot::channel();
-        self.queue(f, move |outcome| {
+        self.queue(undo, f, move |outcome| {
             let _ = tx.send(outcome);
         })
         .await?;
@@ -197,6 +229,7 @@ impl Sqlite {
     /// called if `f` panics.
     async fn queue<T, F>(
         &self,
+        undo: Undo,
         f: F,
         answer: impl FnOnce(Result<T, StoreError>) + Send + 'static,
     ) -> Result<(), StoreError>
@@ -205,7 +238,7 @@ impl Sqlite {
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
         let job: WriteJob = Box::new(move |batch| {
-            let outcome = batch.map(|batch| match batch.shared {
+            let outcome = batch.map(|batch| match batch.shared && undo == Undo::Savepoint {
                 true => in_savepoint(batch.conn, f),
                 false => f(batch.conn),
             });
@@ -460,7 +493,9 @@ fn commit(conn: &Connection, batch: Vec<WriteJob>) -> Begun {
             }
             Err(panic) => {
                 // The job's reply went down with it: its caller learns `Aborted`. What it wrote
-                // is undone: its savepoint, or (alone) the whole transaction below.
+                // is undone: its savepoint, or (alone) the whole transaction below. A write
+                // that has no savepoint (`Undo::Statement`) makes `ROLLBACK TO` fail, and then
+                // nothing of the batch is kept.
                 tracing::error!(
                     panic = panic_message(&*panic),
                     "a write panicked; it is undone and its caller told"
@@ -696,6 +731,43 @@ mod tests {
         insert(&store, "c", false).await.unwrap();
         assert_eq!(keys(&store).await, ["a", "b", "c"]);
         store.round_trip().await.unwrap();
+    }
+
+    /// A write undone by its statement (`Undo::Statement`, here a task insert) that fails
+    /// among others of its transaction leaves nothing behind, not even what its triggers
+    /// would have counted, and its batch-mates commit.
+    #[tokio::test]
+    async fn a_failing_statement_write_is_undone_alone() {
+        use crate::store::TaskRepo;
+        use crate::store::tests::new_task;
+
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir, WriteQueue::default());
+        store.insert_task(new_task("a")).await.unwrap();
+        let release = hold_writer(&store).await;
+        let inserts = ["b", "a", "c"].map(|id| {
+            let store = store.clone();
+            tokio::spawn(async move { store.insert_task(new_task(id)).await })
+        });
+        while store.queued() < 3 {
+            tokio::task::yield_now().await;
+        }
+        drop(release);
+        let outcomes = futures::future::join_all(inserts).await;
+        let failed: Vec<bool> = outcomes
+            .iter()
+            .map(|o| o.as_ref().unwrap().is_err())
+            .collect();
+        assert_eq!(failed, [false, true, false], "only the taken id fails");
+        let ids: Vec<String> = store
+            .list_tasks(None, None, None, 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|task| task.task_id)
+            .collect();
+        assert_eq!(ids.len(), 3, "{ids:?}");
+        assert_eq!(store.unfinished_tasks_of("o").await.unwrap(), 3);
     }
 
     /// Writes beyond the queue's capacity wait for a place, and past the wait are told the

@@ -5,7 +5,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::Sqlite;
+use super::{Sqlite, Undo};
 use crate::store::{
     CallBinding, Durable, NewEvent, Pruned, Refusal, StoreError, StoredEvent, StreamInfo,
     StreamRepo, is_standalone, new_stream_token, now_ms,
@@ -163,8 +163,12 @@ impl StreamRepo for Sqlite {
             .expect("live streams lock")
             .next(&event.stream_id, event.finishes);
         let promised = at.clone();
-        self.queue(move |conn| append(conn, &event, Some(at)), durable)
-            .await?;
+        self.queue(
+            Undo::Savepoint,
+            move |conn| append(conn, &event, Some(at)),
+            durable,
+        )
+        .await?;
         Ok(promised)
     }
 
@@ -177,7 +181,7 @@ impl StreamRepo for Sqlite {
         instance: &str,
     ) -> Result<bool, StoreError> {
         let binding = StreamSession::new(token, session_id, call_id, instance);
-        self.write(move |conn| binding.record(conn)).await
+        self.write_statement(move |conn| binding.record(conn)).await
     }
 
     async fn queue_stream_session(
@@ -189,6 +193,7 @@ impl StreamRepo for Sqlite {
     ) -> Result<(), StoreError> {
         let binding = StreamSession::new(token, session_id, call_id, instance);
         self.queue(
+            Undo::Statement,
             move |conn| binding.record(conn),
             |recorded| match recorded {
                 Ok(true) => {}

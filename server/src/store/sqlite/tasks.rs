@@ -44,54 +44,131 @@ fn parse_json(text: &str) -> rusqlite::Result<Value> {
     })
 }
 
-/// Reads the [`info_columns!`] at the start of `row`, by position: a column looked up by name
-/// is compared with the name of every column before it, on every row.
-pub(super) fn read_info(row: &Row<'_>) -> rusqlite::Result<TaskInfo> {
-    let status: String = row.get(4)?;
-    let status = TaskStatus::from_str(&status).map_err(|e| {
-        rusqlite::Error::FromSqlConversionFailure(4, rusqlite::types::Type::Text, Box::new(e))
-    })?;
-    let progress: u64 = row.get(5)?;
-    let total: u64 = row.get(6)?;
-    let result: Option<String> = row.get(9)?;
-    Ok(TaskInfo {
-        task_id: row.get(0)?,
-        status,
-        progress,
-        total,
-        message: row.get(7)?,
-        result_data: result.as_deref().map(parse_json).transpose()?,
-        error: row.get(10)?,
-        created_at: time(row.get(11)?),
-        updated_at: time(row.get(12)?),
-        completed_at: row.get::<_, Option<i64>>(13)?.map(time),
-        kind: row.get(1)?,
-        parameters: parse_json(&row.get::<_, String>(3)?)?,
-        owner: row.get(2)?,
-        step: row.get(8)?,
-        percent: TaskInfo::percent_of(progress, total),
-        node: row.get(14)?,
-        question: row
-            .get::<_, Option<String>>(15)?
-            .map(|text| serde_json::from_str(&text))
-            .transpose()
-            .map_err(|e| {
-                rusqlite::Error::FromSqlConversionFailure(
-                    15,
-                    rusqlite::types::Type::Text,
-                    Box::new(e),
-                )
-            })?,
-    })
+/// The [`info_columns!`] of a row as stored, its JSON still text. A write that reads its row
+/// back returns this, so that the parsing happens on the caller's thread after the write, not
+/// on the writer's inside it, where it could fail after the write's statement had applied
+/// (see `Undo::Statement`).
+pub(super) struct StoredInfo {
+    id: String,
+    kind: String,
+    owner: String,
+    params: String,
+    status: String,
+    progress: u64,
+    total: u64,
+    message: String,
+    step: u64,
+    result: Option<String>,
+    error: Option<String>,
+    created_at: i64,
+    updated_at: i64,
+    completed_at: Option<i64>,
+    node: Option<String>,
+    question: Option<String>,
 }
 
-/// Reads a row of [`info_columns!`] followed by `checkpoint, lease`.
+impl StoredInfo {
+    /// Reads the [`info_columns!`] at the start of `row`, by position: a column looked up by
+    /// name is compared with the name of every column before it, on every row.
+    fn read(row: &Row<'_>) -> rusqlite::Result<Self> {
+        Ok(StoredInfo {
+            id: row.get(0)?,
+            kind: row.get(1)?,
+            owner: row.get(2)?,
+            params: row.get(3)?,
+            status: row.get(4)?,
+            progress: row.get(5)?,
+            total: row.get(6)?,
+            message: row.get(7)?,
+            step: row.get(8)?,
+            result: row.get(9)?,
+            error: row.get(10)?,
+            created_at: row.get(11)?,
+            updated_at: row.get(12)?,
+            completed_at: row.get(13)?,
+            node: row.get(14)?,
+            question: row.get(15)?,
+        })
+    }
+
+    fn parse(self) -> rusqlite::Result<TaskInfo> {
+        let conversion = |column, e| {
+            rusqlite::Error::FromSqlConversionFailure(column, rusqlite::types::Type::Text, e)
+        };
+        let status = TaskStatus::from_str(&self.status).map_err(|e| conversion(4, Box::new(e)))?;
+        let question = self
+            .question
+            .as_deref()
+            .map(serde_json::from_str)
+            .transpose();
+        Ok(TaskInfo {
+            task_id: self.id,
+            status,
+            progress: self.progress,
+            total: self.total,
+            message: self.message,
+            result_data: self.result.as_deref().map(parse_json).transpose()?,
+            error: self.error,
+            created_at: time(self.created_at),
+            updated_at: time(self.updated_at),
+            completed_at: self.completed_at.map(time),
+            kind: self.kind,
+            parameters: parse_json(&self.params)?,
+            owner: self.owner,
+            step: self.step,
+            percent: TaskInfo::percent_of(self.progress, self.total),
+            node: self.node,
+            question: question.map_err(|e| conversion(15, Box::new(e)))?,
+        })
+    }
+}
+
+/// Reads and parses the [`info_columns!`] at the start of `row`.
+pub(super) fn read_info(row: &Row<'_>) -> rusqlite::Result<TaskInfo> {
+    StoredInfo::read(row)?.parse()
+}
+
+/// A row of [`info_columns!`] followed by `checkpoint, lease`, as stored (see [`StoredInfo`]).
+struct StoredRow {
+    info: StoredInfo,
+    checkpoint: String,
+    lease: i64,
+}
+
+impl StoredRow {
+    fn read(row: &Row<'_>) -> rusqlite::Result<Self> {
+        Ok(StoredRow {
+            info: StoredInfo::read(row)?,
+            checkpoint: row.get(INFO_COUNT)?,
+            lease: row.get(INFO_COUNT + 1)?,
+        })
+    }
+
+    fn parse(self) -> rusqlite::Result<TaskRow> {
+        Ok(TaskRow {
+            info: self.info.parse()?,
+            checkpoint: parse_json(&self.checkpoint)?,
+            lease: self.lease,
+        })
+    }
+}
+
+/// Reads and parses a row of [`info_columns!`] followed by `checkpoint, lease`.
 fn read_row(row: &Row<'_>) -> rusqlite::Result<TaskRow> {
-    Ok(TaskRow {
-        info: read_info(row)?,
-        checkpoint: parse_json(&row.get::<_, String>(INFO_COUNT)?)?,
-        lease: row.get(INFO_COUNT + 1)?,
-    })
+    StoredRow::read(row)?.parse()
+}
+
+/// Task `id` as stored, to be changed by a write: the writer, the only one, changes a row it
+/// has read and answers with what it read and what it set. `UPDATE ... RETURNING` would read
+/// it back instead, through a temporary table SQLite makes for every call, which cost more
+/// than the row.
+fn select_stored(conn: &Connection, id: &str) -> Result<Option<StoredInfo>, StoreError> {
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        info_columns!(),
+        " FROM tasks WHERE id = ?1"
+    ))?;
+    Ok(stmt.query_row([id], StoredInfo::read).optional()?)
 }
 
 fn select_info(conn: &Connection, id: &str) -> Result<Option<TaskInfo>, StoreError> {
@@ -128,13 +205,13 @@ fn in_list(statuses: &[TaskStatus]) -> String {
 impl TaskRepo for Sqlite {
     /// Stores a new task as `pending` (or claimed, see [`NewTask::claim`]).
     async fn insert_task(&self, task: NewTask) -> Result<TaskInfo, StoreError> {
-        self.write(move |conn| insert(conn, task)).await
+        self.write_statement(move |conn| insert(conn, task)).await
     }
 
     /// Stores `task` unless a task with its id exists; returns the stored task and whether it was
     /// created by this call. Used for tasks whose id is derived from their arguments.
     async fn insert_or_get_task(&self, task: NewTask) -> Result<(TaskInfo, bool), StoreError> {
-        self.write(move |conn| {
+        self.write_statement(move |conn| {
             Ok(match select_info(conn, &task.id)? {
                 Some(info) => (info, false),
                 None => (insert(conn, task)?, true),
@@ -151,21 +228,38 @@ impl TaskRepo for Sqlite {
         claimant: &Claimant,
     ) -> Result<Option<TaskRow>, StoreError> {
         let (id, node, ttl_ms) = (id.to_owned(), claimant.node.clone(), claimant.ttl_ms());
-        self.write(move |conn| {
-            let mut stmt = conn.prepare_cached(concat!(
-                "UPDATE tasks SET status = 'running', lease = lease + 1, node = ?2, \
-                 lease_expires_at = ?3 + ?4, updated_at = ?3 \
-                 WHERE id = ?1 AND (status = 'pending' OR (status = 'running' AND \
-                   (node IS ?2 OR lease_expires_at IS NULL OR lease_expires_at < ?3))) \
-                 RETURNING ",
-                info_columns!(),
-                ", checkpoint, lease"
-            ))?;
-            Ok(stmt
-                .query_row(params![id, node, now_ms(), ttl_ms], read_row)
-                .optional()?)
-        })
-        .await
+        let claimed = self.write_statement(move |conn| {
+            // Read, then changed (see `select_stored`).
+            let Some(mut row) = conn
+                .prepare_cached(concat!(
+                    "SELECT ",
+                    info_columns!(),
+                    ", checkpoint, lease FROM tasks WHERE id = ?1"
+                ))?
+                .query_row([&id], StoredRow::read)
+                .optional()?
+            else {
+                return Ok(None);
+            };
+            let now = now_ms();
+            let changed = conn
+                .prepare_cached(
+                    "UPDATE tasks SET status = 'running', lease = lease + 1, node = ?2, \
+                     lease_expires_at = ?3 + ?4, updated_at = ?3 \
+                     WHERE id = ?1 AND (status = 'pending' OR (status = 'running' AND \
+                       (node IS ?2 OR lease_expires_at IS NULL OR lease_expires_at < ?3)))",
+                )?
+                .execute(params![id, node, now, ttl_ms])?;
+            if changed == 0 {
+                return Ok(None);
+            }
+            row.lease += 1;
+            let info = &mut row.info;
+            (info.status, info.node, info.updated_at) =
+                (TaskStatus::Running.to_string(), Some(node), now);
+            Ok(Some(row))
+        });
+        Ok(claimed.await?.map(StoredRow::parse).transpose()?)
     }
 
     async fn claimable_tasks(
@@ -234,40 +328,33 @@ impl TaskRepo for Sqlite {
     }
 
     async fn commit_step(&self, commit: StepCommit) -> Result<Option<TaskInfo>, StoreError> {
-        self.write(move |conn| {
+        let committed = self.write_statement(move |conn| {
             // Intermediate steps leave status and completion alone, so the indexes on them are
             // not rewritten on every step.
             let (sql, last) = match (&commit.result, &commit.question) {
                 (None, None) => (
-                    concat!(
-                        "UPDATE tasks SET checkpoint = ?3, progress = ?4, message = ?5, step = ?6, \
-                         updated_at = ?7 \
-                         WHERE id = ?1 AND lease = ?2 AND status = 'running' RETURNING ",
-                        info_columns!()
-                    ),
+                    "UPDATE tasks SET checkpoint = ?3, progress = ?4, message = ?5, step = ?6, \
+                     updated_at = ?7 \
+                     WHERE id = ?1 AND lease = ?2 AND status = 'running'",
                     None,
                 ),
                 (Some(result), _) => (
-                    concat!(
-                        "UPDATE tasks SET checkpoint = ?3, progress = ?4, message = ?5, step = ?6, \
-                         updated_at = ?7, completed_at = ?7, status = 'completed', result = ?8 \
-                         WHERE id = ?1 AND lease = ?2 AND status = 'running' RETURNING ",
-                        info_columns!()
-                    ),
+                    "UPDATE tasks SET checkpoint = ?3, progress = ?4, message = ?5, step = ?6, \
+                     updated_at = ?7, completed_at = ?7, status = 'completed', result = ?8 \
+                     WHERE id = ?1 AND lease = ?2 AND status = 'running'",
                     Some(result.to_string()),
                 ),
                 (None, Some(question)) => (
-                    concat!(
-                        "UPDATE tasks SET checkpoint = ?3, progress = ?4, message = ?5, step = ?6, \
-                         updated_at = ?7, status = 'input_required', question = ?8, \
-                         lease_expires_at = NULL \
-                         WHERE id = ?1 AND lease = ?2 AND status = 'running' RETURNING ",
-                        info_columns!()
-                    ),
+                    "UPDATE tasks SET checkpoint = ?3, progress = ?4, message = ?5, step = ?6, \
+                     updated_at = ?7, status = 'input_required', question = ?8, \
+                     lease_expires_at = NULL \
+                     WHERE id = ?1 AND lease = ?2 AND status = 'running'",
                     Some(serde_json::to_string(question)?),
                 ),
             };
-            let mut stmt = conn.prepare_cached(sql)?;
+            let Some(mut info) = select_stored(conn, &commit.id)? else {
+                return Ok(None);
+            };
             let checkpoint = commit.checkpoint.to_string();
             let (id, lease, progress, step, now) = (
                 &commit.id,
@@ -276,28 +363,42 @@ impl TaskRepo for Sqlite {
                 commit.step,
                 now_ms(),
             );
-            let info = match last {
-                None => stmt.query_row(
-                    params![id, lease, checkpoint, progress, commit.message, step, now],
-                    read_info,
-                ),
-                Some(last) => stmt.query_row(
-                    params![
-                        id,
-                        lease,
-                        checkpoint,
-                        progress,
-                        commit.message,
-                        step,
-                        now,
-                        last
-                    ],
-                    read_info,
-                ),
+            let mut stmt = conn.prepare_cached(sql)?;
+            let changed = match &last {
+                None => stmt.execute(params![
+                    id,
+                    lease,
+                    checkpoint,
+                    progress,
+                    commit.message,
+                    step,
+                    now
+                ])?,
+                Some(last) => stmt.execute(params![
+                    id,
+                    lease,
+                    checkpoint,
+                    progress,
+                    commit.message,
+                    step,
+                    now,
+                    last
+                ])?,
             };
-            Ok(info.optional()?)
-        })
-        .await
+            if changed == 0 {
+                return Ok(None);
+            }
+            (info.progress, info.step, info.updated_at) = (progress, step, now);
+            info.message = commit.message;
+            if commit.result.is_some() {
+                (info.status, info.completed_at, info.result) =
+                    (TaskStatus::Completed.to_string(), Some(now), last);
+            } else if commit.question.is_some() {
+                (info.status, info.question) = (TaskStatus::InputRequired.to_string(), last);
+            }
+            Ok(Some(info))
+        });
+        Ok(committed.await?.map(StoredInfo::parse).transpose()?)
     }
 
     async fn task_row(&self, id: &str) -> Result<Option<TaskRow>, StoreError> {

@@ -191,6 +191,12 @@ async fn apply(store: &Store, id: &str, nodes: &[Claimant; 2], model: &Model, op
             let row = store.claim_task(id, &nodes[node]).await.unwrap();
             if let Some(row) = &row {
                 assert_eq!(row.lease, model.lease + 1, "a claim bumps the attempt");
+                let stored = store.task_row(id).await.unwrap().unwrap();
+                assert_eq!(
+                    (&row.info, &row.checkpoint, row.lease),
+                    (&stored.info, &stored.checkpoint, stored.lease),
+                    "a claim answers with the row it left"
+                );
             }
             row.is_some()
         }
@@ -199,7 +205,7 @@ async fn apply(store: &Store, id: &str, nodes: &[Claimant; 2], model: &Model, op
             if last {
                 commit.result = Some(json!({"done": true}));
             }
-            store.commit_step(commit).await.unwrap().is_some()
+            committed(store, id, commit).await
         }
         Op::Fail { stale } => store
             .fail_task(id, lease_of(stale), "step failed".into())
@@ -209,7 +215,7 @@ async fn apply(store: &Store, id: &str, nodes: &[Claimant; 2], model: &Model, op
         Op::Ask { stale } => {
             let mut commit = commit(id, lease_of(stale), model.step + 1);
             commit.question = Some(question(model.asked + 1));
-            store.commit_step(commit).await.unwrap().is_some()
+            committed(store, id, commit).await
         }
         Op::Answer { earlier } => {
             let asked = if earlier {
@@ -253,6 +259,16 @@ async fn apply(store: &Store, id: &str, nodes: &[Claimant; 2], model: &Model, op
             true
         }
     }
+}
+
+/// Commits `commit`; whether it applied. An applied commit answers with the task as it left it.
+async fn committed(store: &Store, id: &str, commit: StepCommit) -> bool {
+    let Some(info) = store.commit_step(commit).await.unwrap() else {
+        return false;
+    };
+    let stored = store.get_task(id).await.unwrap();
+    assert_eq!(Some(info), stored, "a commit answers with the row it left");
+    true
 }
 
 /// The `n`th question a task asks.
