@@ -44,8 +44,7 @@ pub(crate) fn now_ms() -> i64 {
 /// random. Streams and their events are keyed by token, so tokens made one after another sort
 /// together and their rows share the last pages of those indexes: wholly random tokens put
 /// every new stream on a page of its own, and a burst of requests had each commit write a page
-/// per stream (at about 80 KB written per started task, a third of the CPU was the kernel
-/// writing them).
+/// per stream.
 pub(crate) fn new_stream_token() -> String {
     let ms = now_ms().clamp(0, 0xffff_ffff_ffff);
     format!("{ms:012x}{}", hex::encode(rand::random::<[u8; 10]>()))

@@ -741,6 +741,7 @@ mod tests {
         use crate::store::TaskRepo;
         use crate::store::tests::new_task;
 
+        let deadline = Duration::from_secs(10);
         let dir = tempfile::tempdir().unwrap();
         let store = open(&dir, WriteQueue::default());
         store.insert_task(new_task("a")).await.unwrap();
@@ -749,24 +750,30 @@ mod tests {
             let store = store.clone();
             tokio::spawn(async move { store.insert_task(new_task(id)).await })
         });
-        while store.queued() < 3 {
-            tokio::task::yield_now().await;
-        }
+        let all_queued = async {
+            while store.queued() < 3 {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(deadline, all_queued).await.unwrap();
         drop(release);
-        let outcomes = futures::future::join_all(inserts).await;
+        let outcomes = tokio::time::timeout(deadline, futures::future::join_all(inserts))
+            .await
+            .unwrap();
         let failed: Vec<bool> = outcomes
             .iter()
             .map(|o| o.as_ref().unwrap().is_err())
             .collect();
         assert_eq!(failed, [false, true, false], "only the taken id fails");
-        let ids: Vec<String> = store
+        let mut ids: Vec<String> = store
             .list_tasks(None, None, None, 10)
             .await
             .unwrap()
             .into_iter()
             .map(|task| task.task_id)
             .collect();
-        assert_eq!(ids.len(), 3, "{ids:?}");
+        ids.sort();
+        assert_eq!(ids, ["a", "b", "c"]);
         assert_eq!(store.unfinished_tasks_of("o").await.unwrap(), 3);
     }
 

@@ -48,7 +48,7 @@ fn parse_json(text: &str) -> rusqlite::Result<Value> {
 /// back returns this, so that the parsing happens on the caller's thread after the write, not
 /// on the writer's inside it, where it could fail after the write's statement had applied
 /// (see `Undo::Statement`).
-pub(super) struct StoredInfo {
+struct StoredInfo {
     id: String,
     kind: String,
     owner: String,
@@ -153,11 +153,6 @@ impl StoredRow {
     }
 }
 
-/// Reads and parses a row of [`info_columns!`] followed by `checkpoint, lease`.
-fn read_row(row: &Row<'_>) -> rusqlite::Result<TaskRow> {
-    StoredRow::read(row)?.parse()
-}
-
 /// Task `id` as stored, to be changed by a write: the writer, the only one, changes a row it
 /// has read and answers with what it read and what it set. `UPDATE ... RETURNING` would read
 /// it back instead, through a temporary table SQLite makes for every call, which cost more
@@ -171,13 +166,20 @@ fn select_stored(conn: &Connection, id: &str) -> Result<Option<StoredInfo>, Stor
     Ok(stmt.query_row([id], StoredInfo::read).optional()?)
 }
 
-fn select_info(conn: &Connection, id: &str) -> Result<Option<TaskInfo>, StoreError> {
+/// Task `id` as stored, with its checkpoint and lease (see [`select_stored`]).
+fn select_stored_row(conn: &Connection, id: &str) -> Result<Option<StoredRow>, StoreError> {
     let mut stmt = conn.prepare_cached(concat!(
         "SELECT ",
         info_columns!(),
-        " FROM tasks WHERE id = ?1"
+        ", checkpoint, lease FROM tasks WHERE id = ?1"
     ))?;
-    Ok(stmt.query_row([id], read_info).optional()?)
+    Ok(stmt.query_row([id], StoredRow::read).optional()?)
+}
+
+fn select_info(conn: &Connection, id: &str) -> Result<Option<TaskInfo>, StoreError> {
+    Ok(select_stored(conn, id)?
+        .map(StoredInfo::parse)
+        .transpose()?)
 }
 
 /// What a conditional update of task `id` did: applied (`applied` is the row it returned), or
@@ -229,16 +231,7 @@ impl TaskRepo for Sqlite {
     ) -> Result<Option<TaskRow>, StoreError> {
         let (id, node, ttl_ms) = (id.to_owned(), claimant.node.clone(), claimant.ttl_ms());
         let claimed = self.write_statement(move |conn| {
-            // Read, then changed (see `select_stored`).
-            let Some(mut row) = conn
-                .prepare_cached(concat!(
-                    "SELECT ",
-                    info_columns!(),
-                    ", checkpoint, lease FROM tasks WHERE id = ?1"
-                ))?
-                .query_row([&id], StoredRow::read)
-                .optional()?
-            else {
+            let Some(mut row) = select_stored_row(conn, &id)? else {
                 return Ok(None);
             };
             let now = now_ms();
@@ -404,12 +397,9 @@ impl TaskRepo for Sqlite {
     async fn task_row(&self, id: &str) -> Result<Option<TaskRow>, StoreError> {
         let id = id.to_owned();
         self.read(move |conn| {
-            let mut stmt = conn.prepare_cached(concat!(
-                "SELECT ",
-                info_columns!(),
-                ", checkpoint, lease FROM tasks WHERE id = ?1"
-            ))?;
-            Ok(stmt.query_row([id], read_row).optional()?)
+            Ok(select_stored_row(conn, &id)?
+                .map(StoredRow::parse)
+                .transpose()?)
         })
         .await
     }
