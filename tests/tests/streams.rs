@@ -126,6 +126,36 @@ async fn the_standalone_stream_resumes_exactly_after_the_last_id_and_then_goes_l
     }
 }
 
+/// A 2025-03-26 client gets no priming event, so the first event of its standalone stream is
+/// the first id it holds: that event is stored as every later one is, and a resumption from it
+/// replays everything after it without a gap, then goes live.
+#[tokio::test]
+async fn an_old_clients_standalone_stream_resumes_from_its_first_event() {
+    let (_dir, server) = server(&["--time-scale", "0.01"]).await;
+    let session = RawSession::open(&server.mcp_url(), V_OLD).await;
+    let mut live = Sse::new(session.get(None).await);
+    session
+        .call(1, "resources/subscribe", json!({"uri": "task://list"}))
+        .await;
+    session.call(2, "tools/call", start_batch(30)).await;
+    let first = live.next(IO_TIMEOUT).await.expect("an update");
+    assert!(!first.is_priming(), "{first:?}");
+    drop(live);
+    wait_completed(&session, 3).await;
+
+    let resumed = session.get(Some(first.id.as_deref().unwrap())).await;
+    assert_eq!(resumed.status(), 200, "a resumption from the first event");
+    let mut resumed = Sse::new(resumed);
+    let mut seen = vec![first];
+    while let Some(event) = resumed.next_or_idle(IDLE).await {
+        seen.push(event);
+    }
+    assert!(seen.len() > 30, "every missed update: {}", seen.len());
+    let fresh = session.call(4, "tools/call", start_batch(1)).await;
+    until_task(&mut resumed, &mut seen, &fresh).await;
+    assert_contiguous(&seen);
+}
+
 /// After a restart, a client with several requests in flight sends them at once on its
 /// session, which the new process has to restore first: every one is answered (none reaches
 /// the session half-restored, which ended it with a 500 for all). A read before them, which

@@ -131,6 +131,10 @@ pub async fn resumable(
     let mut first_request = None;
     let mut _in_flight = None;
     if let (Some(session), Some(_)) = (&session, version) {
+        // Before rmcp opens the stream, so that its first event, whenever it comes, is stored.
+        if fresh_get || resumes_standalone {
+            state.streams.standalone_asked(session);
+        }
         let serving = state.streams.serving(session);
         _in_flight = Some(serving.in_flight());
         let gate = serving.gate.clone().lock_owned().await;

@@ -109,6 +109,9 @@ struct Inner {
     standalone: Counts,
     /// Woken whenever a standalone stream opens.
     standalone_opened: Notify,
+    /// Who could ever read each session's standalone stream, as far as this process knows
+    /// (see [`StreamStore::store_event`]).
+    standalone_readers: Mutex<HashMap<String, StandaloneReaders>>,
     /// Sessions that made a request since the last sweep.
     seen: Mutex<HashSet<String>>,
     /// When each session rmcp holds in memory was last active (a request or an open stream),
@@ -137,6 +140,7 @@ impl StreamStore {
                 open_streams: Counts::default(),
                 standalone: Counts::default(),
                 standalone_opened: Notify::new(),
+                standalone_readers: Mutex::default(),
                 seen: Mutex::default(),
                 last_active: Mutex::default(),
                 serving: Mutex::default(),
@@ -451,6 +455,45 @@ impl StreamStore {
             .lock()
             .expect("last active lock")
             .remove(session_id);
+        self.inner
+            .standalone_readers
+            .lock()
+            .expect("standalone readers lock")
+            .remove(session_id);
+    }
+
+    /// Notes that a client asks for the standalone stream of `session_id` (a GET, fresh or
+    /// resuming it), before rmcp opens it: from then on every event of that stream is stored,
+    /// opening the stream if it has none yet (see [`StreamStore::store_event`]).
+    pub fn standalone_asked(&self, session_id: &str) {
+        self.inner
+            .standalone_readers
+            .lock()
+            .expect("standalone readers lock")
+            .insert(session_id.to_owned(), StandaloneReaders::Asked);
+    }
+
+    fn standalone_readers(&self, session_id: &str) -> Option<StandaloneReaders> {
+        self.inner
+            .standalone_readers
+            .lock()
+            .expect("standalone readers lock")
+            .get(session_id)
+            .copied()
+    }
+
+    /// Notes that the store has no standalone stream of `session_id`, unless a GET asked for
+    /// it meanwhile. Only on a store no other process writes: elsewhere a GET on another node
+    /// may open the stream at any time.
+    fn standalone_unread(&self, session_id: &str) {
+        if !self.is_shared() {
+            self.inner
+                .standalone_readers
+                .lock()
+                .expect("standalone readers lock")
+                .entry(session_id.to_owned())
+                .or_insert(StandaloneReaders::Nobody);
+        }
     }
 
     /// Notes that a session made a request; the next sweep refreshes its last-seen time.
@@ -833,6 +876,25 @@ impl Drop for OpenStream {
     }
 }
 
+/// Who may ever read the standalone stream of a session, as far as this process knows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum StandaloneReaders {
+    /// A GET for it was made in this process: every event of it is stored.
+    Asked,
+    /// The store has no such stream and no GET asked for it here: its events go unstored.
+    Nobody,
+}
+
+/// The id of an event that goes out unstored: no stream has it, so a resumption from it is
+/// refused as unknown rather than answered from a gap.
+fn unstored_id() -> String {
+    EventId {
+        token: hex::encode(rand::random::<[u8; 16]>()),
+        seq: 1,
+    }
+    .to_string()
+}
+
 fn binding_of(message: &ServerJsonRpcMessage) -> Option<String> {
     let ServerJsonRpcMessage::Notification(notification) = message else {
         return None;
@@ -867,6 +929,18 @@ impl EventStore for StreamStore {
         );
         let session_id = stream_id.strip_suffix(":common").map(str::to_owned);
         let standalone = session_id.is_some();
+        // A client reads a standalone stream through a GET and resumes it only from an event it
+        // read there, so an event before any GET asked for the stream would be replayed to
+        // nobody: a fresh GET replays nothing, and rmcp drops what it sends while no GET is
+        // open. Such an event continues a stream the store has (a client may hold an id of
+        // it, from an earlier process or another node) and is otherwise left unstored.
+        let readers = session_id
+            .as_deref()
+            .and_then(|session| self.standalone_readers(session));
+        if readers == Some(StandaloneReaders::Nobody) {
+            return Ok(unstored_id());
+        }
+        let opens = !standalone || readers == Some(StandaloneReaders::Asked);
         let event = NewEvent {
             stream_id: stream_id.to_owned(),
             session_id,
@@ -874,7 +948,7 @@ impl EventStore for StreamStore {
             retry_ms: event.retry.map(|retry| retry.as_millis() as u64),
             finishes,
             binding: message.and_then(binding_of),
-            opens: true,
+            opens,
         };
         // A request's stream is written by this process alone, in the order of its events, so
         // its events are queued, not waited for: the HTTP layer sends each frame only once
@@ -887,6 +961,12 @@ impl EventStore for StreamStore {
         };
         match appended {
             Ok(id) => Ok(id.to_string()),
+            Err(StoreError::Refused(Refusal::StreamEnded { .. })) if !opens => {
+                if let Some(session) = stream_id.strip_suffix(":common") {
+                    self.standalone_unread(session);
+                }
+                Ok(unstored_id())
+            }
             // rmcp drops a message whose storing failed, so a request answered while the
             // database is full or unreachable would never be answered and its stream would
             // hang. The message goes out unstored instead, under an id no stream has: what it
@@ -899,11 +979,7 @@ impl EventStore for StreamStore {
                     error = e.with_causes(),
                     "cannot store an event; sending it unstored"
                 );
-                Ok(EventId {
-                    token: hex::encode(rand::random::<[u8; 16]>()),
-                    seq: 1,
-                }
-                .to_string())
+                Ok(unstored_id())
             }
         }
     }
@@ -1000,6 +1076,59 @@ mod tests {
                 .await
                 .unwrap()
         );
+    }
+
+    /// A log line on the standalone stream of `session`, stored (or not) as rmcp stores it.
+    async fn log_on(streams: &StreamStore, session: &str, n: u64) -> EventId {
+        let message = json!({"jsonrpc": "2.0", "method": "notifications/message",
+                             "params": {"level": "info", "data": n}});
+        let event = ServerSseMessage::new("", serde_json::from_value(message).unwrap());
+        let id = streams
+            .store_event(&format!("{session}:common"), &event)
+            .await
+            .unwrap();
+        id.parse().unwrap()
+    }
+
+    async fn stored(streams: &StreamStore, id: &EventId) -> bool {
+        streams.stream_info(&id.token).await.unwrap().is_some()
+    }
+
+    /// A standalone stream's events are stored once a GET asks for the stream, or when the
+    /// store has the stream already (its client may hold an id of it from an earlier process);
+    /// before either, no client could ever be replayed them, and they go unstored.
+    #[tokio::test]
+    async fn standalone_events_are_stored_once_a_client_may_read_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let database = crate::store::Database::Sqlite(dir.path().join("t.db"));
+        let open = async || {
+            let store = Store::connect(&database, "test-node").await.unwrap();
+            StreamStore::new(store, "test-node", CancellationToken::new())
+        };
+        let streams = open().await;
+        for n in 0..2 {
+            let id = log_on(&streams, "quiet", n).await;
+            assert!(!stored(&streams, &id).await, "nobody asked for it: {id}");
+        }
+        streams.standalone_asked("heard");
+        let first = log_on(&streams, "heard", 0).await;
+        let second = log_on(&streams, "heard", 1).await;
+        assert!(stored(&streams, &first).await);
+        assert_eq!((&second.token, second.seq), (&first.token, first.seq + 1));
+        streams.standalone_asked("quiet");
+        let asked_late = log_on(&streams, "quiet", 2).await;
+        assert!(
+            stored(&streams, &asked_late).await,
+            "asked after events went unstored"
+        );
+        drop(streams);
+
+        // A later process, where no GET has asked yet, continues the streams the store has.
+        let later = open().await;
+        let third = log_on(&later, "heard", 2).await;
+        assert_eq!((&third.token, third.seq), (&first.token, second.seq + 1));
+        let never = log_on(&later, "never", 0).await;
+        assert!(!stored(&later, &never).await);
     }
 
     /// Each kind of stored message is sent again as stored, fields rmcp does not model included,
