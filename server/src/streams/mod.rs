@@ -1,10 +1,13 @@
 //! Resumable streams: rmcp's `EventStore` and `SessionStore` on SQLite, so that every SSE event
-//! is durable before it is sent, a client that reconnects with `Last-Event-ID` gets exactly what
-//! it missed and then the live events of that stream, and sessions outlive the process.
+//! a client could read is durable before it is sent, a client that reconnects with
+//! `Last-Event-ID` gets exactly what it missed and then the live events of that stream, and
+//! sessions outlive the process.
 //!
 //! rmcp writes every server message through [`StreamStore::store_event`] before it hands it to
-//! the connection, whether or not a connection is listening. A resumed stream therefore never
-//! needs rmcp's in-memory channels: [`StreamStore::replay_events_after`] replays the stored
+//! the connection, whether or not a connection is listening, and every one a client could ever
+//! read is stored (not the standalone stream's before any GET asked for it: see
+//! [`StreamStore::store_event`]). A resumed stream therefore never needs rmcp's in-memory
+//! channels: [`StreamStore::replay_events_after`] replays the stored
 //! events after the given id and then tails the stream from the store, woken by each append. A
 //! request's stream ends after its final response; the standalone stream never ends on its own.
 
@@ -109,9 +112,9 @@ struct Inner {
     standalone: Counts,
     /// Woken whenever a standalone stream opens.
     standalone_opened: Notify,
-    /// Who could ever read each session's standalone stream, as far as this process knows
-    /// (see [`StreamStore::store_event`]).
-    standalone_readers: Mutex<HashMap<String, StandaloneReaders>>,
+    /// What this process knows of each session's standalone stream in the store (see
+    /// [`StreamStore::store_event`]).
+    standalone_streams: Mutex<HashMap<String, StandaloneStream>>,
     /// Sessions that made a request since the last sweep.
     seen: Mutex<HashSet<String>>,
     /// When each session rmcp holds in memory was last active (a request or an open stream),
@@ -126,6 +129,8 @@ struct Inner {
     /// handler: `{node}/{uuid}`, so that a node restarted under its id can tell its own earlier
     /// processes, which are dead, from other nodes' (see [`Store::keep_alive`]).
     instance: String,
+    /// Whether other processes (a fleet's nodes) write to the same database.
+    shared: bool,
     shutdown: CancellationToken,
 }
 
@@ -140,12 +145,13 @@ impl StreamStore {
                 open_streams: Counts::default(),
                 standalone: Counts::default(),
                 standalone_opened: Notify::new(),
-                standalone_readers: Mutex::default(),
+                standalone_streams: Mutex::default(),
                 seen: Mutex::default(),
                 last_active: Mutex::default(),
                 serving: Mutex::default(),
                 restored: Mutex::default(),
                 instance: format!("{node}/{}", uuid::Uuid::new_v4()),
+                shared: changes.is_some(),
                 shutdown,
             }),
         };
@@ -186,7 +192,7 @@ impl StreamStore {
 
     /// Whether other processes (a fleet's nodes) write to the same database.
     pub fn is_shared(&self) -> bool {
-        self.inner.store.changes().is_some()
+        self.inner.shared
     }
 
     /// Wakes the tails of stream `token` in this process.
@@ -456,9 +462,9 @@ impl StreamStore {
             .expect("last active lock")
             .remove(session_id);
         self.inner
-            .standalone_readers
+            .standalone_streams
             .lock()
-            .expect("standalone readers lock")
+            .expect("standalone streams lock")
             .remove(session_id);
     }
 
@@ -467,32 +473,38 @@ impl StreamStore {
     /// opening the stream if it has none yet (see [`StreamStore::store_event`]).
     pub fn standalone_asked(&self, session_id: &str) {
         self.inner
-            .standalone_readers
+            .standalone_streams
             .lock()
-            .expect("standalone readers lock")
-            .insert(session_id.to_owned(), StandaloneReaders::Asked);
+            .expect("standalone streams lock")
+            .insert(session_id.to_owned(), StandaloneStream::Asked);
     }
 
-    fn standalone_readers(&self, session_id: &str) -> Option<StandaloneReaders> {
+    fn standalone_stream(&self, session_id: &str) -> Option<StandaloneStream> {
         self.inner
-            .standalone_readers
+            .standalone_streams
             .lock()
-            .expect("standalone readers lock")
+            .expect("standalone streams lock")
             .get(session_id)
             .copied()
     }
 
-    /// Notes that the store has no standalone stream of `session_id`, unless a GET asked for
-    /// it meanwhile. Only on a store no other process writes: elsewhere a GET on another node
-    /// may open the stream at any time.
-    fn standalone_unread(&self, session_id: &str) {
-        if !self.is_shared() {
+    /// Notes that the store refused to continue the standalone stream of `session_id`, unless
+    /// a GET asked for it meanwhile. Only on a store no other process writes (elsewhere a GET
+    /// on another node may open the stream at any time), and only while the session is known:
+    /// an ended one is forgotten for good, though rmcp may still notify it for a moment.
+    fn standalone_absent(&self, session_id: &str) {
+        if self.is_shared() {
+            return;
+        }
+        // Held across the insert, so that `forget` cannot come in between.
+        let sessions = self.inner.sessions.lock().expect("sessions lock");
+        if sessions.contains_key(session_id) {
             self.inner
-                .standalone_readers
+                .standalone_streams
                 .lock()
-                .expect("standalone readers lock")
+                .expect("standalone streams lock")
                 .entry(session_id.to_owned())
-                .or_insert(StandaloneReaders::Nobody);
+                .or_insert(StandaloneStream::Absent);
         }
     }
 
@@ -876,13 +888,15 @@ impl Drop for OpenStream {
     }
 }
 
-/// Who may ever read the standalone stream of a session, as far as this process knows.
+/// What this process knows of a session's standalone stream in the store.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum StandaloneReaders {
-    /// A GET for it was made in this process: every event of it is stored.
+enum StandaloneStream {
+    /// A GET for it was made in this process: every event of it is stored, the first one
+    /// opening it.
     Asked,
-    /// The store has no such stream and no GET asked for it here: its events go unstored.
-    Nobody,
+    /// The store has none that takes events, and no GET asked for one here: its events go
+    /// unstored.
+    Absent,
 }
 
 /// The id of an event that goes out unstored: no stream has it, so a resumption from it is
@@ -934,13 +948,13 @@ impl EventStore for StreamStore {
         // nobody: a fresh GET replays nothing, and rmcp drops what it sends while no GET is
         // open. Such an event continues a stream the store has (a client may hold an id of
         // it, from an earlier process or another node) and is otherwise left unstored.
-        let readers = session_id
+        let known = session_id
             .as_deref()
-            .and_then(|session| self.standalone_readers(session));
-        if readers == Some(StandaloneReaders::Nobody) {
+            .and_then(|session| self.standalone_stream(session));
+        if known == Some(StandaloneStream::Absent) {
             return Ok(unstored_id());
         }
-        let opens = !standalone || readers == Some(StandaloneReaders::Asked);
+        let opens = !standalone || known == Some(StandaloneStream::Asked);
         let event = NewEvent {
             stream_id: stream_id.to_owned(),
             session_id,
@@ -953,8 +967,8 @@ impl EventStore for StreamStore {
         // A request's stream is written by this process alone, in the order of its events, so
         // its events are queued, not waited for: the HTTP layer sends each frame only once
         // [`StreamStore::durable`] returns after it arrived, which is after this queued it. A
-        // session's standalone stream is also written by other processes (a relay, a node
-        // taking the session over), so its events are appended before they are sent.
+        // session's standalone stream is also written by other processes (a node taking the
+        // session over), so its events are appended before they are sent.
         let appended = match standalone {
             true => self.append(event).await,
             false => self.queue(event).await,
@@ -963,7 +977,7 @@ impl EventStore for StreamStore {
             Ok(id) => Ok(id.to_string()),
             Err(StoreError::Refused(Refusal::StreamEnded { .. })) if !opens => {
                 if let Some(session) = stream_id.strip_suffix(":common") {
-                    self.standalone_unread(session);
+                    self.standalone_absent(session);
                 }
                 Ok(unstored_id())
             }
