@@ -941,23 +941,21 @@ impl EventStore for StreamStore {
             message,
             Some(ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_))
         );
-        let session_id = stream_id.strip_suffix(":common").map(str::to_owned);
-        let standalone = session_id.is_some();
+        let session = stream_id.strip_suffix(":common");
+        let standalone = session.is_some();
         // A client reads a standalone stream through a GET and resumes it only from an event it
         // read there, so an event before any GET asked for the stream would be replayed to
         // nobody: a fresh GET replays nothing, and rmcp drops what it sends while no GET is
         // open. Such an event continues a stream the store has (a client may hold an id of
         // it, from an earlier process or another node) and is otherwise left unstored.
-        let known = session_id
-            .as_deref()
-            .and_then(|session| self.standalone_stream(session));
+        let known = session.and_then(|session| self.standalone_stream(session));
         if known == Some(StandaloneStream::Absent) {
             return Ok(unstored_id());
         }
         let opens = !standalone || known == Some(StandaloneStream::Asked);
         let event = NewEvent {
             stream_id: stream_id.to_owned(),
-            session_id,
+            session_id: session.map(str::to_owned),
             message: message.map(serde_json::to_string).transpose()?,
             retry_ms: event.retry.map(|retry| retry.as_millis() as u64),
             finishes,
@@ -976,7 +974,7 @@ impl EventStore for StreamStore {
         match appended {
             Ok(id) => Ok(id.to_string()),
             Err(StoreError::Refused(Refusal::StreamEnded { .. })) if !opens => {
-                if let Some(session) = stream_id.strip_suffix(":common") {
+                if let Some(session) = session {
                     self.standalone_absent(session);
                 }
                 Ok(unstored_id())

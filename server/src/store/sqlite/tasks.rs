@@ -11,7 +11,7 @@ use std::str::FromStr;
 
 use chrono::{DateTime, TimeZone, Utc};
 use durable_shared::{CheckpointStats, TaskInfo, TaskStatus};
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{Connection, OptionalExtension, Row, ToSql, params};
 use serde_json::Value;
 
 use super::Sqlite;
@@ -356,28 +356,22 @@ impl TaskRepo for Sqlite {
                 commit.step,
                 now_ms(),
             );
-            let mut stmt = conn.prepare_cached(sql)?;
-            let changed = match &last {
-                None => stmt.execute(params![
-                    id,
-                    lease,
-                    checkpoint,
-                    progress,
-                    commit.message,
-                    step,
-                    now
-                ])?,
-                Some(last) => stmt.execute(params![
-                    id,
-                    lease,
-                    checkpoint,
-                    progress,
-                    commit.message,
-                    step,
-                    now,
-                    last
-                ])?,
+            let values: [&dyn ToSql; 8] = [
+                id,
+                &lease,
+                &checkpoint,
+                &progress,
+                &commit.message,
+                &step,
+                &now,
+                &last,
+            ];
+            // Only the last step's and a question's statement take `?8`.
+            let bound = match last {
+                Some(_) => &values[..],
+                None => &values[..7],
             };
+            let changed = conn.prepare_cached(sql)?.execute(bound)?;
             if changed == 0 {
                 return Ok(None);
             }
