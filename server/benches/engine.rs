@@ -105,21 +105,16 @@ async fn store_commits(store: &Store, tasks: u64) -> f64 {
             })
             .await
             .unwrap();
-        let lease = store
-            .claim_task(&id, &bench_node())
-            .await
-            .unwrap()
-            .unwrap()
-            .lease;
-        ids.push((id, lease));
+        let claimed = store.claim_task(&id, &bench_node()).await.unwrap().unwrap();
+        ids.push((claimed.info, claimed.lease));
     }
     let started = Instant::now();
-    let workers = ids.into_iter().map(|(id, lease)| {
+    let workers = ids.into_iter().map(|(mut task, lease)| {
         let store = store.clone();
         tokio::spawn(async move {
             for step in 1..=STEPS_PER_TASK {
                 let commit = StepCommit {
-                    id: id.clone(),
+                    task,
                     lease,
                     step,
                     checkpoint: json!(step),
@@ -128,7 +123,7 @@ async fn store_commits(store: &Store, tasks: u64) -> f64 {
                     result: None,
                     question: None,
                 };
-                store.commit_step(commit).await.unwrap().unwrap();
+                task = store.commit_step(commit).await.unwrap().unwrap();
             }
         })
     });

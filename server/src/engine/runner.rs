@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use durable_shared::TaskStatus;
+use serde::Deserialize;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -126,7 +127,9 @@ async fn advance<K: TaskKind>(
     tracing::info!(task_id = id, kind = K::NAME, step, "worker running");
     engine.publish(TaskEvent::with(row.info.clone(), milestone));
 
-    let decoded = serde_json::from_value::<K::Params>(row.info.parameters)
+    // The task as this worker knows it, which each commit answers with the step applied.
+    let mut task = row.info;
+    let decoded = K::Params::deserialize(&task.parameters)
         .and_then(|params| Ok((params, serde_json::from_value::<K::State>(row.checkpoint)?)));
     let (params, mut state) = match decoded {
         Ok(decoded) => decoded,
@@ -140,7 +143,7 @@ async fn advance<K: TaskKind>(
             .await;
         }
     };
-    let env = engine.env.for_owner(&row.info.owner);
+    let env = engine.env.for_owner(&task.owner);
     if let Err(e) = kind.kind().restore(&params, &state, &env) {
         return fail(
             &engine,
@@ -193,7 +196,7 @@ async fn advance<K: TaskKind>(
         };
         let done = result.is_some();
         let commit = StepCommit {
-            id: id.to_owned(),
+            task,
             lease,
             step: step + 1,
             checkpoint,
@@ -224,6 +227,7 @@ async fn advance<K: TaskKind>(
                     engine.publish(TaskEvent::with(info, milestone));
                     return Ok(());
                 }
+                task = info.clone();
                 engine.publish(TaskEvent::changed(info));
             }
             Ok(None) => {

@@ -478,6 +478,7 @@ impl ServerHandler for DurableServer {
         };
         if let Some(session_id) = header("mcp-session-id") {
             let _ = self.session.session_id.set(session_id.clone());
+            self.shared.routes.set_session(self.key(), &session_id);
             self.shared
                 .resident
                 .lock()

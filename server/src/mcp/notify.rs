@@ -78,7 +78,9 @@ pub(super) async fn route_events(shared: Arc<Shared>) {
         match event {
             Ok(event) => {
                 routed_up_to_ms = event.task.updated_at.timestamp_millis();
-                shared.routes.route(event);
+                shared
+                    .routes
+                    .route(event, |session_id| shared.streams.deaf(session_id));
             }
             Err(RecvError::Lagged(missed)) => {
                 metrics::counter!(telemetry::ROUTER_LAGGED_EVENTS).increment(missed);

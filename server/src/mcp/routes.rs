@@ -10,6 +10,10 @@
 //! interested session a [`Delivery`] in its own bounded queue; nothing is read from the store
 //! per event.
 //!
+//! A session whose client opened no stream that notifications could go out on is deaf: rmcp
+//! would drop whatever it were sent, so the router hands it nothing but a task's question
+//! (asking is more than a notification).
+//!
 //! A session whose queue is full misses deliveries: it is marked as lagging, with the time of
 //! the first change it missed, and its forwarder then resynchronises it from the store (the
 //! current state of everything it follows, and the status of its handles changed since then).
@@ -180,6 +184,8 @@ struct Listener {
     queue: mpsc::Sender<Box<Delivery>>,
     lag: Arc<Lag>,
     client: Option<String>,
+    /// The MCP session's id, once initialized (a `subscriptions/listen` stream has none).
+    session_id: Option<String>,
     /// Whether list resources show it every client's tasks, or only its client's (an
     /// authenticated subject without the operator scope).
     sees_all: bool,
@@ -232,6 +238,7 @@ impl Routes {
                 queue: sender,
                 lag: lag.clone(),
                 client: None,
+                session_id: None,
                 sees_all: true,
                 uris: HashSet::new(),
             },
@@ -270,6 +277,13 @@ impl Routes {
             unlink(&mut index.by_client, &previous, key);
         }
         link(&mut index.by_client, client, key);
+    }
+
+    /// Records the MCP session a registered session is.
+    pub(super) fn set_session(&self, key: SessionKey, session_id: &str) {
+        if let Some(listener) = self.index().sessions.get_mut(&key) {
+            listener.session_id = Some(session_id.to_owned());
+        }
     }
 
     /// Records the authenticated subject a session belongs to, and whether it sees every
@@ -370,8 +384,11 @@ impl Routes {
         }
     }
 
-    /// Hands `event` to each session interested in it.
-    pub(super) fn route(&self, event: TaskEvent) {
+    /// Hands `event` to each session interested in it, but to none that is `deaf` (given its
+    /// MCP session id): one whose notifications its transport would drop, since its client
+    /// opened no stream they could go out on. A task's question is handed over all the same:
+    /// asking it is more than a notification (see `notify::Forwarder::deliver`).
+    pub(super) fn route(&self, event: TaskEvent, deaf: impl Fn(&str) -> bool) {
         let mut index = self.index();
         let index = &mut *index;
         let task = &event.task;
@@ -422,6 +439,7 @@ impl Routes {
             return;
         }
         let changed_ms = task.updated_at.timestamp_millis();
+        let asks = task.status == TaskStatus::InputRequired;
         let routed = Arc::new(Routed {
             event,
             meta: OnceLock::new(),
@@ -430,6 +448,9 @@ impl Routes {
             let Some(listener) = index.sessions.get(&key) else {
                 continue;
             };
+            if !(owner && asks) && listener.session_id.as_deref().is_some_and(&deaf) {
+                continue;
+            }
             let delivery = Box::new(Delivery {
                 routed: routed.clone(),
                 uris,
@@ -484,6 +505,13 @@ mod tests {
         }
     }
 
+    impl Routes {
+        /// Routes `event` as to sessions that all have a stream open.
+        fn route_to_all(&self, event: TaskEvent) {
+            self.route(event, |_| false);
+        }
+    }
+
     fn delivered(inbox: &mut Inbox) -> Vec<Delivery> {
         let mut out = Vec::new();
         while let Ok(delivery) = inbox.queue.try_recv() {
@@ -502,12 +530,12 @@ mod tests {
         routes.set_client(owner.key, "alice");
         routes.set_client(idle.key, "bob");
 
-        routes.route(changed(task("a", "alice", TaskStatus::Running, 1)));
-        routes.route(TaskEvent {
+        routes.route_to_all(changed(task("a", "alice", TaskStatus::Running, 1)));
+        routes.route_to_all(TaskEvent {
             task: task("a", "alice", TaskStatus::Running, 2),
             milestone: Some(Milestone::info("resumed".into())),
         });
-        routes.route(changed(task("b", "alice", TaskStatus::Running, 1)));
+        routes.route_to_all(changed(task("b", "alice", TaskStatus::Running, 1)));
 
         let to_subscriber = delivered(&mut subscriber_inbox);
         assert_eq!(to_subscriber.len(), 2, "both changes of task a");
@@ -522,6 +550,46 @@ mod tests {
         assert!(delivered(&mut idle_inbox).is_empty());
     }
 
+    /// A session whose client opened no stream for notifications is handed none (its
+    /// transport would drop them), but a question its task asks still reaches it.
+    #[test]
+    fn a_deaf_session_is_handed_only_questions() {
+        let routes = Routes::new(16);
+        let (deaf, mut deaf_inbox) = routes.register();
+        let (hearing, mut hearing_inbox) = routes.register();
+        for (session, id) in [(&deaf, "s-deaf"), (&hearing, "s-hearing")] {
+            routes.set_session(session.key, id);
+            routes.set_client(session.key, "erin");
+            routes.subscribe(session.key, "task://status/q");
+        }
+        let is_deaf = |session_id: &str| session_id == "s-deaf";
+        routes.route(
+            TaskEvent {
+                task: task("q", "erin", TaskStatus::Running, 1),
+                milestone: Some(Milestone::info("started".into())),
+            },
+            is_deaf,
+        );
+        routes.route(
+            TaskEvent {
+                task: task("q", "erin", TaskStatus::InputRequired, 2),
+                milestone: Some(Milestone::info("asks".into())),
+            },
+            is_deaf,
+        );
+        let statuses = |inbox: &mut Inbox| -> Vec<TaskStatus> {
+            delivered(inbox)
+                .iter()
+                .map(|d| d.routed.event.task.status)
+                .collect()
+        };
+        assert_eq!(statuses(&mut deaf_inbox), [TaskStatus::InputRequired]);
+        assert_eq!(
+            statuses(&mut hearing_inbox),
+            [TaskStatus::Running, TaskStatus::InputRequired]
+        );
+    }
+
     #[test]
     fn handle_holders_hear_of_status_changes_only() {
         let routes = Routes::new(16);
@@ -534,9 +602,9 @@ mod tests {
             tool: "run_batch_processing".into(),
             ttl_ms: 60_000,
         });
-        routes.route(changed(running));
-        routes.route(changed(task("t", "carol", TaskStatus::Running, 1)));
-        routes.route(changed(task("t", "carol", TaskStatus::Completed, 2)));
+        routes.route_to_all(changed(running));
+        routes.route_to_all(changed(task("t", "carol", TaskStatus::Running, 1)));
+        routes.route_to_all(changed(task("t", "carol", TaskStatus::Completed, 2)));
         let statuses: Vec<TaskStatus> = delivered(&mut inbox)
             .iter()
             .map(|d| {
@@ -561,9 +629,9 @@ mod tests {
         missed.updated_at = first.updated_at + chrono::TimeDelta::milliseconds(5);
         let mut later = task("a", "x", TaskStatus::Running, 3);
         later.updated_at = missed.updated_at + chrono::TimeDelta::milliseconds(5);
-        routes.route(changed(first));
-        routes.route(changed(missed.clone()));
-        routes.route(changed(later));
+        routes.route_to_all(changed(first));
+        routes.route_to_all(changed(missed.clone()));
+        routes.route_to_all(changed(later));
         match inbox.resync() {
             Some(Next::Resync { since_ms }) => {
                 assert_eq!(since_ms, missed.updated_at.timestamp_millis());

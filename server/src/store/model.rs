@@ -1,5 +1,6 @@
 //! What the repositories store and return, the same for every backend.
 
+use chrono::{DateTime, Utc};
 use durable_shared::{Question, TaskInfo, TaskStatus};
 use serde_json::Value;
 
@@ -83,7 +84,10 @@ pub struct TaskRow {
 /// `result`, the step is the last and the task becomes `completed` in the same transaction.
 #[derive(Debug, Clone)]
 pub struct StepCommit {
-    pub id: String,
+    /// The task as its worker knows it: as claimed, or as its previous step's commit answered.
+    /// While the worker's lease holds, nothing else changes the row, so a store may answer the
+    /// commit with this, the step applied ([`StepCommit::applied`]), instead of reading it back.
+    pub task: TaskInfo,
     pub lease: i64,
     pub step: u64,
     pub checkpoint: Value,
@@ -94,6 +98,28 @@ pub struct StepCommit {
     /// The step ends asking this (and never with a result): the task waits as
     /// `input_required`, without a worker, until the question is answered.
     pub question: Option<Question>,
+}
+
+impl StepCommit {
+    pub fn id(&self) -> &str {
+        &self.task.task_id
+    }
+
+    /// The task as this commit leaves it, written at `now`: with the step's progress and
+    /// message, and `completed` with the result or `input_required` with the question.
+    pub fn applied(self, now: DateTime<Utc>) -> TaskInfo {
+        let mut task = self.task;
+        (task.step, task.progress, task.message) = (self.step, self.progress, self.message);
+        task.percent = TaskInfo::percent_of(task.progress, task.total);
+        task.updated_at = now;
+        if let Some(result) = self.result {
+            (task.status, task.completed_at) = (TaskStatus::Completed, Some(now));
+            task.result_data = Some(result);
+        } else if let Some(question) = self.question {
+            (task.status, task.question) = (TaskStatus::InputRequired, Some(question));
+        }
+        task
+    }
 }
 
 /// What a requested status change did.

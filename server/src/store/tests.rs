@@ -93,9 +93,10 @@ pub(super) fn new_task(id: &str) -> NewTask {
     }
 }
 
-fn commit(id: &str, lease: i64, step: u64) -> StepCommit {
+/// Step `step` of `task` under `lease`.
+fn commit(task: &TaskInfo, lease: i64, step: u64) -> StepCommit {
     StepCommit {
-        id: id.into(),
+        task: task.clone(),
         lease,
         step,
         checkpoint: json!({"done": step}),
@@ -219,13 +220,13 @@ contract! {
         assert!(second.lease > first.lease);
         assert!(
             store
-                .commit_step(commit("a", first.lease, 1))
+                .commit_step(commit(&first.info, first.lease, 1))
                 .await
                 .unwrap()
                 .is_none()
         );
         let info = store
-            .commit_step(commit("a", second.lease, 1))
+            .commit_step(commit(&second.info, second.lease, 1))
             .await
             .unwrap()
             .unwrap();
@@ -233,6 +234,7 @@ contract! {
             (info.step, info.progress, info.message.as_str()),
             (1, 1, "step 1")
         );
+        assert_eq!(Some(info), store.get_task("a").await.unwrap(), "the commit's answer is the row");
 
         const RUNNING: &[TaskStatus] = &[TaskStatus::Running];
         let paused = store
@@ -242,7 +244,7 @@ contract! {
         assert!(matches!(paused, Transition::Applied(ref t) if t.status == TaskStatus::Paused));
         assert!(
             store
-                .commit_step(commit("a", second.lease, 2))
+                .commit_step(commit(&second.info, second.lease, 2))
                 .await
                 .unwrap()
                 .is_none()
@@ -270,11 +272,12 @@ contract! {
         };
         for id in ["t", "c"] {
             let row = store.claim_task(id, &node("n1")).await.unwrap().unwrap();
-            let mut asking = commit(id, row.lease, 1);
+            let mut asking = commit(&row.info, row.lease, 1);
             asking.question = Some(question("q1"));
             let info = store.commit_step(asking).await.unwrap().unwrap();
             assert_eq!(info.status, TaskStatus::InputRequired);
             assert_eq!(info.question, Some(question("q1")));
+            assert_eq!(Some(info), store.get_task(id).await.unwrap());
         }
         assert_eq!(store.unfinished_tasks_of("o").await.unwrap(), 2);
         assert!(
@@ -318,12 +321,14 @@ contract! {
     async fn terminal_statuses_never_change(fx) {
         let store = fx.store.clone();
         store.insert_task(new_task("a")).await.unwrap();
-        let lease = store.claim_task("a", &node("a")).await.unwrap().unwrap().lease;
-        let mut last = commit("a", lease, 1);
-        last.result = Some(json!({"ok": true}));
+        let row = store.claim_task("a", &node("a")).await.unwrap().unwrap();
+        let lease = row.lease;
+        let mut last = commit(&row.info, lease, 1);
+        last.result = Some(json!({"ok": true, "ratio": 0.1}));
         let done = store.commit_step(last).await.unwrap().unwrap();
         assert_eq!(done.status, TaskStatus::Completed);
         assert!(done.completed_at.is_some());
+        assert_eq!(Some(done), store.get_task("a").await.unwrap(), "the commit's answer is the row");
         const ANY: &[TaskStatus] = &TaskStatus::ALL;
         for target in TaskStatus::ALL {
             let outcome = store.transition("a", &ANY[..3], target).await.unwrap();
@@ -691,7 +696,7 @@ contract! {
         assert_eq!(store.claimable_tasks(&node("b"), false, 10).await.unwrap().len(), 1);
         let taken = store.claim_task("t", &node("b")).await.unwrap().unwrap();
         assert_eq!(taken.info.node.as_deref(), Some("b"));
-        assert!(store.commit_step(commit("t", again.lease, 1)).await.unwrap().is_none());
+        assert!(store.commit_step(commit(&again.info, again.lease, 1)).await.unwrap().is_none());
         assert!(
             store
                 .renew_leases(&node("a"), vec![("t".into(), again.lease)])
@@ -700,7 +705,7 @@ contract! {
                 .is_empty(),
             "the first node learns that it lost the task"
         );
-        let info = store.commit_step(commit("t", taken.lease, 1)).await.unwrap().unwrap();
+        let info = store.commit_step(commit(&taken.info, taken.lease, 1)).await.unwrap().unwrap();
         assert_eq!((info.step, info.node.as_deref()), (1, Some("b")));
     }
 }
@@ -717,17 +722,17 @@ contract! {
         };
         let info = store.insert_task(claimed("t", node("a"))).await.unwrap();
         assert_eq!((info.status, info.node.as_deref()), (TaskStatus::Running, Some("a")));
-        assert_eq!(Some(info), store.get_task("t").await.unwrap(), "the insert's answer is the row");
+        assert_eq!(Some(&info), store.get_task("t").await.unwrap().as_ref(), "the insert's answer is the row");
         assert!(store.claim_task("t", &node("b")).await.unwrap().is_none());
         assert!(store.claimable_tasks(&node("b"), false, 10).await.unwrap().is_empty());
-        let committed = store.commit_step(commit("t", FIRST_LEASE, 1)).await.unwrap();
+        let committed = store.commit_step(commit(&info, FIRST_LEASE, 1)).await.unwrap();
         assert_eq!(committed.map(|info| info.step), Some(1));
 
-        store.insert_task(claimed("u", fleeting("a"))).await.unwrap();
+        let first = store.insert_task(claimed("u", fleeting("a"))).await.unwrap();
         lapse().await;
         let taken = store.claim_task("u", &node("b")).await.unwrap().unwrap();
         assert!(taken.lease > FIRST_LEASE, "{}", taken.lease);
-        assert!(store.commit_step(commit("u", FIRST_LEASE, 1)).await.unwrap().is_none());
+        assert!(store.commit_step(commit(&first, FIRST_LEASE, 1)).await.unwrap().is_none());
         assert_eq!(taken.checkpoint, json!({"done": 0}), "the first checkpoint, as stored");
     }
 }

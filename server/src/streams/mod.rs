@@ -479,6 +479,14 @@ impl StreamStore {
             .insert(session_id.to_owned(), StandaloneStream::Asked);
     }
 
+    /// Whether nothing sent on the standalone stream of `session_id` can reach its client: no
+    /// GET asked for that stream in this process and the store has none (learnt when an event
+    /// of it was refused, see [`StreamStore::store_event`]). rmcp would send such an event to
+    /// no one, so the notifier need not make it.
+    pub fn deaf(&self, session_id: &str) -> bool {
+        self.standalone_stream(session_id) == Some(StandaloneStream::Absent)
+    }
+
     fn standalone_stream(&self, session_id: &str) -> Option<StandaloneStream> {
         self.inner
             .standalone_streams

@@ -284,6 +284,8 @@ impl TaskRepo for Postgres {
     }
 
     async fn commit_step(&self, commit: StepCommit) -> Result<Option<TaskInfo>, StoreError> {
+        // The row comes back by `RETURNING`, not from `commit.task`: its times are the
+        // database's clock, the one the fleet shares.
         let checkpoint = commit.checkpoint.to_string();
         let (progress, step) = (signed(commit.progress)?, signed(commit.step)?);
         match (&commit.result, &commit.question) {
@@ -298,7 +300,7 @@ impl TaskRepo for Postgres {
                         info_columns!()
                     ),
                     &[
-                        &commit.id,
+                        &commit.task.task_id,
                         &commit.lease,
                         &checkpoint,
                         &progress,
@@ -319,7 +321,7 @@ impl TaskRepo for Postgres {
                         info_columns!()
                     ),
                     &[
-                        &commit.id,
+                        &commit.task.task_id,
                         &commit.lease,
                         &checkpoint,
                         &progress,
@@ -341,7 +343,7 @@ impl TaskRepo for Postgres {
                         info_columns!()
                     ),
                     &[
-                        &commit.id,
+                        &commit.task.task_id,
                         &commit.lease,
                         &checkpoint,
                         &progress,

@@ -321,47 +321,48 @@ impl TaskRepo for Sqlite {
     }
 
     async fn commit_step(&self, commit: StepCommit) -> Result<Option<TaskInfo>, StoreError> {
-        let committed = self.write_statement(move |conn| {
-            // Intermediate steps leave status and completion alone, so the indexes on them are
-            // not rewritten on every step.
-            let (sql, last) = match (&commit.result, &commit.question) {
-                (None, None) => (
-                    "UPDATE tasks SET checkpoint = ?3, progress = ?4, message = ?5, step = ?6, \
-                     updated_at = ?7 \
-                     WHERE id = ?1 AND lease = ?2 AND status = 'running'",
-                    None,
-                ),
-                (Some(result), _) => (
-                    "UPDATE tasks SET checkpoint = ?3, progress = ?4, message = ?5, step = ?6, \
-                     updated_at = ?7, completed_at = ?7, status = 'completed', result = ?8 \
-                     WHERE id = ?1 AND lease = ?2 AND status = 'running'",
-                    Some(result.to_string()),
-                ),
-                (None, Some(question)) => (
-                    "UPDATE tasks SET checkpoint = ?3, progress = ?4, message = ?5, step = ?6, \
-                     updated_at = ?7, status = 'input_required', question = ?8, \
-                     lease_expires_at = NULL \
-                     WHERE id = ?1 AND lease = ?2 AND status = 'running'",
-                    Some(serde_json::to_string(question)?),
-                ),
-            };
-            let Some(mut info) = select_stored(conn, &commit.id)? else {
-                return Ok(None);
-            };
-            let checkpoint = commit.checkpoint.to_string();
-            let (id, lease, progress, step, now) = (
-                &commit.id,
-                commit.lease,
-                commit.progress,
-                commit.step,
-                now_ms(),
-            );
+        // Intermediate steps leave status and completion alone, so the indexes on them are
+        // not rewritten on every step.
+        let (sql, last) = match (&commit.result, &commit.question) {
+            (None, None) => (
+                "UPDATE tasks SET checkpoint = ?3, progress = ?4, message = ?5, step = ?6, \
+                 updated_at = ?7 \
+                 WHERE id = ?1 AND lease = ?2 AND status = 'running'",
+                None,
+            ),
+            (Some(result), _) => (
+                "UPDATE tasks SET checkpoint = ?3, progress = ?4, message = ?5, step = ?6, \
+                 updated_at = ?7, completed_at = ?7, status = 'completed', result = ?8 \
+                 WHERE id = ?1 AND lease = ?2 AND status = 'running'",
+                Some(result.to_string()),
+            ),
+            (None, Some(question)) => (
+                "UPDATE tasks SET checkpoint = ?3, progress = ?4, message = ?5, step = ?6, \
+                 updated_at = ?7, status = 'input_required', question = ?8, \
+                 lease_expires_at = NULL \
+                 WHERE id = ?1 AND lease = ?2 AND status = 'running'",
+                Some(serde_json::to_string(question)?),
+            ),
+        };
+        let (id, lease, checkpoint, progress, message, step) = (
+            commit.id().to_owned(),
+            commit.lease,
+            commit.checkpoint.to_string(),
+            commit.progress,
+            commit.message.clone(),
+            commit.step,
+        );
+        // The row is not read back: under the lease the commit's own view of the task is the
+        // row (see `StepCommit::task`), and reading it cost the writer a query and the caller a
+        // parse of the task's JSON at every step.
+        let written_at = self.write_statement(move |conn| {
+            let now = now_ms();
             let values: [&dyn ToSql; 8] = [
-                id,
+                &id,
                 &lease,
                 &checkpoint,
                 &progress,
-                &commit.message,
+                &message,
                 &step,
                 &now,
                 &last,
@@ -372,20 +373,9 @@ impl TaskRepo for Sqlite {
                 None => &values[..7],
             };
             let changed = conn.prepare_cached(sql)?.execute(bound)?;
-            if changed == 0 {
-                return Ok(None);
-            }
-            (info.progress, info.step, info.updated_at) = (progress, step, now);
-            info.message = commit.message;
-            if commit.result.is_some() {
-                (info.status, info.completed_at, info.result) =
-                    (TaskStatus::Completed.to_string(), Some(now), last);
-            } else if commit.question.is_some() {
-                (info.status, info.question) = (TaskStatus::InputRequired.to_string(), last);
-            }
-            Ok(Some(info))
+            Ok((changed > 0).then_some(now))
         });
-        Ok(committed.await?.map(StoredInfo::parse).transpose()?)
+        Ok(written_at.await?.map(|now| commit.applied(time(now))))
     }
 
     async fn task_row(&self, id: &str) -> Result<Option<TaskRow>, StoreError> {

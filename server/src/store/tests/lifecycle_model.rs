@@ -15,6 +15,7 @@
 //! terminal status is never left. The task's owner counts it as unfinished exactly while
 //! its status is not terminal.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use durable_shared::Steer;
@@ -183,13 +184,34 @@ impl Model {
     }
 }
 
+/// What each attempt's worker knows of the task, by lease: the row its claim answered, then
+/// each of its commits' answers. A worker commits with its own view (see `StepCommit::task`).
+type Views = HashMap<i64, TaskInfo>;
+
+/// The view the worker of `lease` commits with: its own, or the stored row for an attempt no
+/// claim made (such a commit is refused).
+async fn view(store: &Store, id: &str, views: &Views, lease: i64) -> TaskInfo {
+    match views.get(&lease) {
+        Some(view) => view.clone(),
+        None => store.get_task(id).await.unwrap().unwrap(),
+    }
+}
+
 /// Applies `op` to the store; returns whether it was applied.
-async fn apply(store: &Store, id: &str, nodes: &[Claimant; 2], model: &Model, op: &Op) -> bool {
+async fn apply(
+    store: &Store,
+    id: &str,
+    nodes: &[Claimant; 2],
+    model: &Model,
+    views: &mut Views,
+    op: &Op,
+) -> bool {
     let lease_of = |stale: bool| if stale { model.lease - 1 } else { model.lease };
     match *op {
         Op::Claim(node) => {
             let row = store.claim_task(id, &nodes[node]).await.unwrap();
             if let Some(row) = &row {
+                views.insert(row.lease, row.info.clone());
                 assert_eq!(row.lease, model.lease + 1, "a claim bumps the attempt");
                 let stored = store.task_row(id).await.unwrap().unwrap();
                 assert_eq!(
@@ -201,11 +223,12 @@ async fn apply(store: &Store, id: &str, nodes: &[Claimant; 2], model: &Model, op
             row.is_some()
         }
         Op::Commit { stale, last } => {
-            let mut commit = commit(id, lease_of(stale), model.step + 1);
+            let lease = lease_of(stale);
+            let mut commit = commit(&view(store, id, views, lease).await, lease, model.step + 1);
             if last {
                 commit.result = Some(json!({"done": true}));
             }
-            committed(store, id, commit).await
+            committed(store, id, views, commit).await
         }
         Op::Fail { stale } => store
             .fail_task(id, lease_of(stale), "step failed".into())
@@ -213,9 +236,10 @@ async fn apply(store: &Store, id: &str, nodes: &[Claimant; 2], model: &Model, op
             .unwrap()
             .is_some(),
         Op::Ask { stale } => {
-            let mut commit = commit(id, lease_of(stale), model.step + 1);
+            let lease = lease_of(stale);
+            let mut commit = commit(&view(store, id, views, lease).await, lease, model.step + 1);
             commit.question = Some(question(model.asked + 1));
-            committed(store, id, commit).await
+            committed(store, id, views, commit).await
         }
         Op::Answer { earlier } => {
             let asked = if earlier {
@@ -262,12 +286,18 @@ async fn apply(store: &Store, id: &str, nodes: &[Claimant; 2], model: &Model, op
 }
 
 /// Commits `commit`; whether it applied. An applied commit answers with the task as it left it.
-async fn committed(store: &Store, id: &str, commit: StepCommit) -> bool {
+async fn committed(store: &Store, id: &str, views: &mut Views, commit: StepCommit) -> bool {
+    let lease = commit.lease;
     let Some(info) = store.commit_step(commit).await.unwrap() else {
         return false;
     };
     let stored = store.get_task(id).await.unwrap();
-    assert_eq!(Some(info), stored, "a commit answers with the row it left");
+    assert_eq!(
+        Some(&info),
+        stored.as_ref(),
+        "a commit answers with the row it left"
+    );
+    views.insert(lease, info);
     true
 }
 
@@ -307,8 +337,9 @@ fn check_model(runtime: &tokio::runtime::Runtime, fixture: &Fixture, cases: u32)
                 .await
                 .unwrap();
             let mut model = Model::new(restart_releases);
+            let mut views = Views::new();
             for (i, op) in ops.iter().enumerate() {
-                let applied = apply(store, &id, &nodes, &model, op).await;
+                let applied = apply(store, &id, &nodes, &model, &mut views, op).await;
                 let before = model.clone();
                 let allowed = model.apply(op);
                 prop_assert_eq!(
