@@ -27,10 +27,10 @@ use tokio_util::task::TaskTracker;
 
 pub use kind::{Answer, Env, KindInfo, Plan, Step, StepError, TaskKind, blocking, path_error};
 use kind::{Erased, ErasedKind};
-use runner::RunContext;
+use runner::{RunContext, Stored};
 
 pub use crate::store::{Change, Claimant, StoreError, TaskHandle};
-use crate::store::{FIRST_LEASE, NewTask, Refusal, Store, TaskRow, Transition};
+use crate::store::{FIRST_LEASE, NewTask, Refusal, Store, TaskRow, Transition, UNCLAIMED_LEASE};
 
 /// How many events a slow subscriber may fall behind before it must resynchronise from the store.
 const EVENT_BUFFER: usize = 1024;
@@ -315,7 +315,7 @@ impl Inner {
     }
 
     fn spawn_worker(self: &Arc<Self>, task_id: String, kind: &str) {
-        self.spawn_worker_with(task_id, kind, None);
+        self.spawn_worker_with(task_id, kind, None, None);
     }
 
     /// Starts a worker for a task stored claimed by this node (see [`NewTask::claim`]), in the
@@ -323,14 +323,22 @@ impl Inner {
     /// instead of claiming.
     fn spawn_claimed(self: &Arc<Self>, row: TaskRow, slot: OwnedSemaphorePermit) {
         let (task_id, kind) = (row.info.task_id.clone(), row.info.kind.clone());
-        self.spawn_worker_with(task_id, &kind, Some((row, slot)));
+        self.spawn_worker_with(task_id, &kind, Some(Stored::Claimed(row)), Some(slot));
+    }
+
+    /// Queues a worker for a task this process just stored `pending`, with the row the insert
+    /// returned, which its claim need not read back.
+    fn spawn_pending(self: &Arc<Self>, row: TaskRow) {
+        let (task_id, kind) = (row.info.task_id.clone(), row.info.kind.clone());
+        self.spawn_worker_with(task_id, &kind, Some(Stored::Pending(row)), None);
     }
 
     fn spawn_worker_with(
         self: &Arc<Self>,
         task_id: String,
         kind: &str,
-        claimed: Option<(TaskRow, OwnedSemaphorePermit)>,
+        stored: Option<Stored>,
+        slot: Option<OwnedSemaphorePermit>,
     ) {
         let Some(kind) = self.kinds.get(kind).cloned() else {
             tracing::error!(%task_id, kind, "no such task kind in this binary; task left as is");
@@ -354,13 +362,12 @@ impl Inner {
             },
         );
         drop(workers);
-        let (claimed, slot) = claimed.unzip();
         let ctx = RunContext {
             engine: self.clone(),
             task_id,
             stop,
             generation,
-            claimed,
+            stored,
         };
         let queued = Queued { kind, ctx };
         match slot {
@@ -693,9 +700,9 @@ impl Engine {
         // page of its own, written at every commit. Its 74 random bits keep an id unguessable,
         // and knowing one grants nothing: every use of a task checks its owner.
         let Prepared {
-            kind: erased,
             mut task,
             exclusive_field: field,
+            ..
         } = self
             .planned(kind, owner, |_| uuid::Uuid::now_v7().to_string(), params)
             .await?;
@@ -714,16 +721,18 @@ impl Engine {
             .map_err(|e| Self::held(e, field, &params))?;
         tracing::info!(task_id = %info.task_id, kind, owner, "task created");
         self.inner.publish(TaskEvent::changed(info.clone()));
+        let row = TaskRow {
+            info: info.clone(),
+            checkpoint,
+            lease: if slot.is_some() {
+                FIRST_LEASE
+            } else {
+                UNCLAIMED_LEASE
+            },
+        };
         match slot {
-            Some(slot) => {
-                let row = TaskRow {
-                    info: info.clone(),
-                    checkpoint,
-                    lease: FIRST_LEASE,
-                };
-                self.inner.spawn_claimed(row, slot);
-            }
-            None => self.inner.spawn_worker(info.task_id.clone(), erased.name()),
+            Some(slot) => self.inner.spawn_claimed(row, slot),
+            None => self.inner.spawn_pending(row),
         }
         Ok(info)
     }

@@ -36,9 +36,18 @@ pub(crate) struct RunContext {
     pub(crate) stop: CancellationToken,
     /// Identifies this worker in the engine's worker table.
     pub(crate) generation: u64,
-    /// The task as stored already claimed for this worker (see `NewTask::claim`), which its
-    /// first run begins with instead of claiming.
-    pub(crate) claimed: Option<TaskRow>,
+    /// The task as this process stored it, which the worker's first run begins from.
+    pub(crate) stored: Option<Stored>,
+}
+
+/// A task as this process stored it, known without reading it back.
+pub(crate) enum Stored {
+    /// Stored claimed for this worker (see `NewTask::claim`): its first run begins with the
+    /// row instead of claiming.
+    Claimed(TaskRow),
+    /// Stored `pending`, to be claimed once a running slot is free: the claim need not read
+    /// the row (see `TaskRepo::claim_known`).
+    Pending(TaskRow),
 }
 
 impl Drop for RunContext {
@@ -52,9 +61,9 @@ pub(crate) async fn run<K: TaskKind>(
     mut ctx: RunContext,
     slot: OwnedSemaphorePermit,
 ) {
-    let claimed = ctx.claimed.take();
+    let stored = ctx.stored.take();
     let slots = ctx.engine.queue.slots().clone();
-    slots::holding(slots, slot, advance_until_stopped(kind, ctx, claimed)).await;
+    slots::holding(slots, slot, advance_until_stopped(kind, ctx, stored)).await;
 }
 
 /// Advances the task until it ends, is stopped or loses its lease, claiming it again after a
@@ -62,11 +71,11 @@ pub(crate) async fn run<K: TaskKind>(
 async fn advance_until_stopped<K: TaskKind>(
     kind: Arc<Erased<K>>,
     ctx: RunContext,
-    mut claimed: Option<TaskRow>,
+    mut stored: Option<Stored>,
 ) {
     let mut delay = RETRY_FIRST;
     loop {
-        let Err(e) = advance(&kind, &ctx, claimed.take()).await else {
+        let Err(e) = advance(&kind, &ctx, stored.take()).await else {
             return;
         };
         metrics::counter!(telemetry::STORE_ERRORS, "during" => "step").increment(1);
@@ -91,25 +100,25 @@ async fn advance_until_stopped<K: TaskKind>(
     }
 }
 
-/// One run of the worker from a fresh claim, its own or `claimed`, the one the task was
-/// stored with. `Err`: the store failed; what is durable stands, and a new claim resumes from
-/// it.
+/// One run of the worker from a fresh claim, its own or the one the task was `stored` with.
+/// `Err`: the store failed; what is durable stands, and a new claim resumes from it.
 async fn advance<K: TaskKind>(
     kind: &Erased<K>,
     ctx: &RunContext,
-    claimed: Option<TaskRow>,
+    stored: Option<Stored>,
 ) -> Result<(), StoreError> {
     let engine = ctx.engine.clone();
     let id = ctx.task_id.as_str();
     if ctx.stop.is_cancelled() {
         return Ok(());
     }
-    let row = match claimed {
-        Some(row) => row,
-        None => match engine.store.claim_task(id, &engine.claimant).await? {
-            Some(row) => row,
-            None => return Ok(()),
-        },
+    let claimed = match stored {
+        Some(Stored::Claimed(row)) => Some(row),
+        Some(Stored::Pending(known)) => engine.store.claim_known(known, &engine.claimant).await?,
+        None => engine.store.claim_task(id, &engine.claimant).await?,
+    };
+    let Some(row) = claimed else {
+        return Ok(());
     };
     // Paused, cancelled or superseded while claiming: a successor may be running already, and
     // this worker's `restore` must not touch what the successor restored.

@@ -33,7 +33,7 @@ use tokio::sync::broadcast;
 
 pub use model::{
     CallBinding, FIRST_LEASE, NewEvent, NewTask, PRUNE_BATCH, Pruned, Refusal, StepCommit,
-    StoredEvent, StreamInfo, TaskHandle, TaskRow, Transition, is_standalone,
+    StoredEvent, StreamInfo, TaskHandle, TaskRow, Transition, UNCLAIMED_LEASE, is_standalone,
 };
 
 pub(crate) fn now_ms() -> i64 {
@@ -198,6 +198,18 @@ pub trait TaskRepo: Send + Sync {
         id: &str,
         claimant: &Claimant,
     ) -> Result<Option<TaskRow>, StoreError>;
+
+    /// [`TaskRepo::claim_task`] of a task this process stored `pending` (`known`, as its insert
+    /// answered): while the row is still that (`pending` under the same lease), a backend may
+    /// claim it without reading it back. A task waiting for a running slot is claimed once it
+    /// gets one, and reading back what is known cost a third of the claim.
+    async fn claim_known(
+        &self,
+        known: TaskRow,
+        claimant: &Claimant,
+    ) -> Result<Option<TaskRow>, StoreError> {
+        self.claim_task(&known.info.task_id, claimant).await
+    }
 
     /// Id and kind of up to `limit` tasks a worker of `claimant` could claim, oldest first:
     /// `pending` ones and `running` ones whose lease lapsed, and with `own`, also those running

@@ -28,6 +28,8 @@ pub struct NewTask {
 
 /// The lease of a task stored already claimed ([`NewTask::claim`]): its first attempt.
 pub const FIRST_LEASE: i64 = 1;
+/// The lease of a task stored `pending`: no attempt yet.
+pub const UNCLAIMED_LEASE: i64 = 0;
 
 /// How a new task is stored as to its lease: both backends' inserts write these columns.
 pub(super) struct InitialLease<'a> {
@@ -52,7 +54,7 @@ impl NewTask {
             None => InitialLease {
                 status: TaskStatus::Pending,
                 node: None,
-                lease: 0,
+                lease: UNCLAIMED_LEASE,
                 ttl_ms: None,
             },
         }

@@ -259,6 +259,43 @@ contract! {
 }
 
 contract! {
+    /// A claim from the row its insert answered leaves the row as `claim_task` would and
+    /// answers with it; once the row is no longer that, it is a claim like any other: of a
+    /// task another node took, none; of a paused one, none until it is resumed.
+    async fn a_claim_from_the_known_row_is_a_claim_all_the_same(fx) {
+        let store = fx.store.clone();
+        let known = |info: &TaskInfo| TaskRow {
+            info: info.clone(),
+            checkpoint: json!({"done": 0}),
+            lease: UNCLAIMED_LEASE,
+        };
+        let as_stored = |row: &TaskRow, stored: &TaskRow| {
+            assert_eq!(
+                (&row.info, &row.checkpoint, row.lease),
+                (&stored.info, &stored.checkpoint, stored.lease),
+                "a claim answers with the row it left"
+            );
+        };
+        let a = store.insert_task(new_task("a")).await.unwrap();
+        let row = store.claim_known(known(&a), &node("n1")).await.unwrap().unwrap();
+        assert_eq!((row.info.status, row.lease), (TaskStatus::Running, FIRST_LEASE));
+        as_stored(&row, &store.task_row("a").await.unwrap().unwrap());
+        assert!(
+            store.claim_known(known(&a), &node("n2")).await.unwrap().is_none(),
+            "another node's task is not taken"
+        );
+
+        let b = store.insert_task(new_task("b")).await.unwrap();
+        let (pause, resume) = (Steer::Pause, Steer::Resume);
+        store.transition("b", pause.from(), pause.to()).await.unwrap();
+        assert!(store.claim_known(known(&b), &node("n1")).await.unwrap().is_none());
+        store.transition("b", resume.from(), resume.to()).await.unwrap();
+        let row = store.claim_known(known(&b), &node("n1")).await.unwrap().unwrap();
+        as_stored(&row, &store.task_row("b").await.unwrap().unwrap());
+    }
+}
+
+contract! {
     /// A step that asks leaves its task `input_required` with the question, for no worker to
     /// claim; the answer to that very question makes it `pending` with the checkpoint the
     /// answer made, once: an answer naming another question, or a second one, changes nothing.

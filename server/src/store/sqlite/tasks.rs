@@ -230,29 +230,43 @@ impl TaskRepo for Sqlite {
         claimant: &Claimant,
     ) -> Result<Option<TaskRow>, StoreError> {
         let (id, node, ttl_ms) = (id.to_owned(), claimant.node.clone(), claimant.ttl_ms());
+        let claimed = self.write_statement(move |conn| claim(conn, &id, node, ttl_ms));
+        Ok(claimed.await?.map(StoredRow::parse).transpose()?)
+    }
+
+    async fn claim_known(
+        &self,
+        known: TaskRow,
+        claimant: &Claimant,
+    ) -> Result<Option<TaskRow>, StoreError> {
+        let (id, lease) = (known.info.task_id.clone(), known.lease);
+        let (node, ttl_ms) = (claimant.node.clone(), claimant.ttl_ms());
         let claimed = self.write_statement(move |conn| {
-            let Some(mut row) = select_stored_row(conn, &id)? else {
-                return Ok(None);
-            };
             let now = now_ms();
             let changed = conn
                 .prepare_cached(
                     "UPDATE tasks SET status = 'running', lease = lease + 1, node = ?2, \
                      lease_expires_at = ?3 + ?4, updated_at = ?3 \
-                     WHERE id = ?1 AND (status = 'pending' OR (status = 'running' AND \
-                       (node IS ?2 OR lease_expires_at IS NULL OR lease_expires_at < ?3)))",
+                     WHERE id = ?1 AND status = 'pending' AND lease = ?5",
                 )?
-                .execute(params![id, node, now, ttl_ms])?;
-            if changed == 0 {
-                return Ok(None);
-            }
-            row.lease += 1;
-            let info = &mut row.info;
-            (info.status, info.node, info.updated_at) =
-                (TaskStatus::Running.to_string(), Some(node), now);
-            Ok(Some(row))
+                .execute(params![id, node, now, ttl_ms, lease])?;
+            // Not as known any more (paused, claimed, deleted): claimed as any other task.
+            Ok(match changed {
+                0 => Err(claim(conn, &id, node, ttl_ms)?),
+                _ => Ok((now, node)),
+            })
         });
-        Ok(claimed.await?.map(StoredRow::parse).transpose()?)
+        Ok(match claimed.await? {
+            Ok((now, node)) => {
+                let mut row = known;
+                row.lease += 1;
+                let info = &mut row.info;
+                (info.status, info.node, info.updated_at) =
+                    (TaskStatus::Running, Some(node), time(now));
+                Some(row)
+            }
+            Err(stored) => stored.map(StoredRow::parse).transpose()?,
+        })
     }
 
     async fn claimable_tasks(
@@ -586,6 +600,34 @@ impl TaskRepo for Sqlite {
         })
         .await
     }
+}
+
+/// Claims task `id` for `node` (see [`TaskRepo::claim_task`]): the row as it leaves it.
+fn claim(
+    conn: &Connection,
+    id: &str,
+    node: String,
+    ttl_ms: i64,
+) -> Result<Option<StoredRow>, StoreError> {
+    let Some(mut row) = select_stored_row(conn, id)? else {
+        return Ok(None);
+    };
+    let now = now_ms();
+    let changed = conn
+        .prepare_cached(
+            "UPDATE tasks SET status = 'running', lease = lease + 1, node = ?2, \
+             lease_expires_at = ?3 + ?4, updated_at = ?3 \
+             WHERE id = ?1 AND (status = 'pending' OR (status = 'running' AND \
+               (node IS ?2 OR lease_expires_at IS NULL OR lease_expires_at < ?3)))",
+        )?
+        .execute(params![id, node, now, ttl_ms])?;
+    if changed == 0 {
+        return Ok(None);
+    }
+    row.lease += 1;
+    let info = &mut row.info;
+    (info.status, info.node, info.updated_at) = (TaskStatus::Running.to_string(), Some(node), now);
+    Ok(Some(row))
 }
 
 /// Inserts `task` as pending (or claimed), or refuses it (see [`TaskRepo::insert_task`]), and
