@@ -5,7 +5,8 @@
 //! 1. throughput and p99 latency of `ping`, `tools/call start_batch_processing` and
 //!    `resources/read task://status/{id}` (of a finished task, and of a paused one) with 16
 //!    sessions x 32 requests in flight, against an in-memory ceiling: a small rmcp server
-//!    built here from the same dependency tree that answers the same calls from a `HashMap`;
+//!    built here from the same dependency tree that answers the same calls from a `HashMap`,
+//!    the two servers taking turns in short rounds (the ratio is the median round's);
 //! 2. the latency of one `start_*` call as idle sessions pile up (1 to 10,000), and of `ping`
 //!    while 40 long tasks run;
 //! 3. the resident memory of a server process, idle, with 1,000 idle sessions, with 1,000
@@ -40,6 +41,11 @@ const IN_FLIGHT: usize = 32;
 /// Each throughput run is timed (not counted), so a slow server gets as long as a fast one.
 const WARM_UP: Duration = Duration::from_millis(500);
 const MEASURED: Duration = Duration::from_secs(3);
+/// The measured time of each server is cut into rounds, the two servers taking turns, so that
+/// both see the machine's slow and fast moments alike: on a shared machine, one server's
+/// three seconds and then the other's gave ratios from 0.2 to 0.5 for the same binaries. The
+/// ratio printed is the median of the rounds' ratios, beside their range.
+const ROUNDS: u32 = 5;
 /// Sequential calls a latency p50 is taken over, unless they take longer than the budget: a
 /// call that takes seconds is measured often enough to know it.
 const SEQUENTIAL_CALLS: usize = 100;
@@ -128,10 +134,27 @@ async fn open_sessions(http: &reqwest::Client, url: &str, count: usize) -> Vec<S
 /// Builds the body of a request from its JSON-RPC id.
 type Request = Arc<dyn Fn(u64) -> Value + Send + Sync>;
 
-/// What a throughput run measured.
+/// What a throughput run measured: every request's latency, and how long the run took.
 struct Load {
-    per_second: f64,
-    p99: Duration,
+    latencies: Vec<Duration>,
+    elapsed: Duration,
+}
+
+impl Load {
+    fn per_second(&self) -> f64 {
+        self.latencies.len() as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// This run and `other` as one.
+    fn add(&mut self, other: Load) {
+        self.latencies.extend(other.latencies);
+        self.elapsed += other.elapsed;
+    }
+
+    fn p99(&mut self) -> Duration {
+        self.latencies.sort();
+        quantile(&self.latencies, 0.99)
+    }
 }
 
 /// The load generator, the same for both servers: `IN_FLIGHT` workers per session, each
@@ -162,18 +185,58 @@ async fn load(sessions: &[Session], duration: Duration, request: Request) -> Loa
     for worker in workers {
         latencies.extend(worker.await.expect("load worker"));
     }
-    let elapsed = started.elapsed();
-    latencies.sort();
     Load {
-        per_second: latencies.len() as f64 / elapsed.as_secs_f64(),
-        p99: quantile(&latencies, 0.99),
+        latencies,
+        elapsed: started.elapsed(),
     }
 }
 
-/// Warms up, then measures one request type.
-async fn measure(sessions: &[Session], request: Request) -> Load {
-    load(sessions, WARM_UP, request.clone()).await;
-    load(sessions, MEASURED, request).await
+/// A durable-mcp run, until the tasks its requests started have all finished: their work is
+/// part of what the requests cost (and would otherwise run during the ceiling's next turn).
+async fn load_durable(sessions: &[Session], db: &Path, request: Request) -> Load {
+    let mut run = load(sessions, MEASURED / ROUNDS, request).await;
+    let draining = Instant::now();
+    drained(db).await;
+    run.elapsed += draining.elapsed();
+    run
+}
+
+/// Returns once no task in the database at `db` is pending or running.
+async fn drained(db: &Path) {
+    let db = db.to_owned();
+    tokio::task::spawn_blocking(move || {
+        Database::open(&db).wait_every(Duration::from_millis(1), "tasks to finish", |db| {
+            db.unfinished() == 0
+        })
+    })
+    .await
+    .expect("waiting for tasks to finish");
+}
+
+/// One request type on both servers: each warmed up, then measured in [`ROUNDS`] turns.
+/// Returns the ceiling's and durable-mcp's runs, and the ratio of each round.
+async fn compare(
+    ceiling: (&[Session], Request),
+    durable: (&[Session], Request),
+    durable_db: &Path,
+) -> (Load, Load, Vec<f64>) {
+    load(ceiling.0, WARM_UP, ceiling.1.clone()).await;
+    load(durable.0, WARM_UP, durable.1.clone()).await;
+    drained(durable_db).await;
+    let empty = || Load {
+        latencies: Vec::new(),
+        elapsed: Duration::ZERO,
+    };
+    let (mut on_ceiling, mut on_durable, mut ratios) = (empty(), empty(), Vec::new());
+    for _ in 0..ROUNDS {
+        let round = load(ceiling.0, MEASURED / ROUNDS, ceiling.1.clone()).await;
+        let durable_round = load_durable(durable.0, durable_db, durable.1.clone()).await;
+        ratios.push(durable_round.per_second() / round.per_second());
+        on_ceiling.add(round);
+        on_durable.add(durable_round);
+    }
+    ratios.sort_by(f64::total_cmp);
+    (on_ceiling, on_durable, ratios)
 }
 
 /// Opens the sessions of a throughput run on `url`, and starts the task every read of it asks
@@ -214,19 +277,21 @@ async fn paused_task(session: &Session) -> String {
 async fn throughput(dir: &Path) {
     println!(
         "1. throughput, {SESSIONS} sessions x {IN_FLIGHT} requests in flight, {} s per figure \
-         after {} ms of warm-up",
+         after {} ms of warm-up, in {ROUNDS} rounds that alternate the servers (ratio: the \
+         median round's)",
         MEASURED.as_secs(),
         WARM_UP.as_millis()
     );
     let ceiling = support::ceiling::serve().await;
-    let durable = serve(support::config(&dir.join("load.db"), &dir.join("data"))).await;
+    let db = dir.join("load.db");
+    let durable = serve(support::config(&db, &dir.join("data"))).await;
     let (ceiling_sessions, ceiling_uri) = prepare(&ceiling.url).await;
     let (durable_sessions, durable_uri) = prepare(&durable.url).await;
     let unfinished_uri = paused_task(&durable_sessions[0]).await;
 
     println!(
-        "  {:<24} {:>13} {:>9} {:>13} {:>9} {:>7}  target",
-        "request", "ceiling req/s", "p99", "durable req/s", "p99", "ratio"
+        "  {:<24} {:>13} {:>9} {:>13} {:>9} {:>7} {:>11}  target",
+        "request", "ceiling req/s", "p99", "durable req/s", "p99", "ratio", "rounds"
     );
     let reads = |uri: String| -> Request { Arc::new(move |id| read_request(id, &uri)) };
     let cases: [(&str, Request, Request, &str); 4] = [
@@ -253,15 +318,20 @@ async fn throughput(dir: &Path) {
         ),
     ];
     for (name, on_ceiling, on_durable, target) in cases {
-        let ceiling = measure(&ceiling_sessions, on_ceiling).await;
-        let durable = measure(&durable_sessions, on_durable).await;
+        let (mut ceiling, mut durable, ratios) = compare(
+            (&ceiling_sessions, on_ceiling),
+            (&durable_sessions, on_durable),
+            &db,
+        )
+        .await;
+        let median = ratios[ratios.len() / 2];
+        let range = format!("{:.2}-{:.2}", ratios[0], ratios[ratios.len() - 1]);
         println!(
-            "  {name:<24} {:>13.0} {:>7.1}ms {:>13.0} {:>7.1}ms {:>6.2}x  {target}",
-            ceiling.per_second,
-            ms(ceiling.p99),
-            durable.per_second,
-            ms(durable.p99),
-            durable.per_second / ceiling.per_second
+            "  {name:<24} {:>13.0} {:>7.1}ms {:>13.0} {:>7.1}ms {median:>6.2}x {range:>11}  {target}",
+            ceiling.per_second(),
+            ms(ceiling.p99()),
+            durable.per_second(),
+            ms(durable.p99()),
         );
     }
     drop((ceiling_sessions, durable_sessions));
@@ -577,12 +647,28 @@ impl Database {
             .unwrap()
     }
 
+    /// Tasks pending or running.
+    fn unfinished(&self) -> usize {
+        self.0
+            .query_row(
+                "SELECT COUNT(*) FROM tasks WHERE status IN ('pending', 'running')",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap()
+    }
+
     /// Polls every 5 ms until `done` holds, panicking after `PATIENCE`.
     fn wait(&self, what: &str, done: impl Fn(&Database) -> bool) {
+        self.wait_every(Duration::from_millis(5), what, done);
+    }
+
+    /// Polls every `interval` until `done` holds, panicking after `PATIENCE`.
+    fn wait_every(&self, interval: Duration, what: &str, done: impl Fn(&Database) -> bool) {
         let started = Instant::now();
         while !done(self) {
             assert!(started.elapsed() < PATIENCE, "gave up waiting for {what}");
-            std::thread::sleep(Duration::from_millis(5));
+            std::thread::sleep(interval);
         }
     }
 
