@@ -237,7 +237,8 @@ pub(crate) struct Inner {
     /// What [`Engine::kinds`] answers, made once (schemas are not cheap to generate).
     kind_infos: Vec<KindInfo>,
     env: Env,
-    events: broadcast::Sender<TaskEvent>,
+    /// Shared, not cloned, by each receiver: a task's JSON parameters ride in every event.
+    events: broadcast::Sender<Arc<TaskEvent>>,
     /// The latest committed state of each task someone waits on (see [`Engine::watch`]).
     watchers: Mutex<Watchers>,
     /// Finished tasks, answered without the store (see `finished`).
@@ -304,7 +305,7 @@ impl Inner {
             }
         }
         // No receiver is fine: nobody is watching.
-        let _ = self.events.send(event);
+        let _ = self.events.send(Arc::new(event));
     }
 
     fn start_worker(&self, queued: Queued, slot: OwnedSemaphorePermit) {
@@ -603,7 +604,7 @@ impl Engine {
     }
 
     /// Every committed change from now on, of every task: for one listener that routes them.
-    pub fn subscribe(&self) -> broadcast::Receiver<TaskEvent> {
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<TaskEvent>> {
         self.inner.events.subscribe()
     }
 

@@ -66,7 +66,7 @@ impl HandleRoute {
 
 /// One engine event, shared by every session it is delivered to.
 pub(super) struct Routed {
-    pub(super) event: TaskEvent,
+    pub(super) event: Arc<TaskEvent>,
     /// The task as JSON, made once for all the subscribers that carry it in `_meta`.
     meta: OnceLock<Value>,
 }
@@ -388,7 +388,7 @@ impl Routes {
     /// MCP session id): one whose notifications its transport would drop, since its client
     /// opened no stream they could go out on. A task's question is handed over all the same:
     /// asking it is more than a notification (see `notify::Forwarder::deliver`).
-    pub(super) fn route(&self, event: TaskEvent, deaf: impl Fn(&str) -> bool) {
+    pub(super) fn route(&self, event: Arc<TaskEvent>, deaf: impl Fn(&str) -> bool) {
         let mut index = self.index();
         let index = &mut *index;
         let task = &event.task;
@@ -508,7 +508,7 @@ mod tests {
     impl Routes {
         /// Routes `event` as to sessions that all have a stream open.
         fn route_to_all(&self, event: TaskEvent) {
-            self.route(event, |_| false);
+            self.route(Arc::new(event), |_| false);
         }
     }
 
@@ -564,17 +564,17 @@ mod tests {
         }
         let is_deaf = |session_id: &str| session_id == "s-deaf";
         routes.route(
-            TaskEvent {
+            Arc::new(TaskEvent {
                 task: task("q", "erin", TaskStatus::Running, 1),
                 milestone: Some(Milestone::info("started".into())),
-            },
+            }),
             is_deaf,
         );
         routes.route(
-            TaskEvent {
+            Arc::new(TaskEvent {
                 task: task("q", "erin", TaskStatus::InputRequired, 2),
                 milestone: Some(Milestone::info("asks".into())),
-            },
+            }),
             is_deaf,
         );
         let statuses = |inbox: &mut Inbox| -> Vec<TaskStatus> {
