@@ -135,6 +135,7 @@ async fn open_sessions(http: &reqwest::Client, url: &str, count: usize) -> Vec<S
 type Request = Arc<dyn Fn(u64) -> Value + Send + Sync>;
 
 /// What a throughput run measured: every request's latency, and how long the run took.
+#[derive(Default)]
 struct Load {
     latencies: Vec<Duration>,
     elapsed: Duration,
@@ -223,11 +224,8 @@ async fn compare(
     load(ceiling.0, WARM_UP, ceiling.1.clone()).await;
     load(durable.0, WARM_UP, durable.1.clone()).await;
     drained(durable_db).await;
-    let empty = || Load {
-        latencies: Vec::new(),
-        elapsed: Duration::ZERO,
-    };
-    let (mut on_ceiling, mut on_durable, mut ratios) = (empty(), empty(), Vec::new());
+    let (mut on_ceiling, mut on_durable, mut ratios) =
+        (Load::default(), Load::default(), Vec::new());
     for _ in 0..ROUNDS {
         let round = load(ceiling.0, MEASURED / ROUNDS, ceiling.1.clone()).await;
         let durable_round = load_durable(durable.0, durable_db, durable.1.clone()).await;
@@ -624,15 +622,20 @@ impl Database {
         Database(conn)
     }
 
-    /// Running tasks that have committed at least one step.
-    fn stepping(&self) -> usize {
+    /// Tasks whose row meets `condition`, an SQL expression.
+    fn count(&self, condition: &str) -> usize {
         self.0
             .query_row(
-                "SELECT COUNT(*) FROM tasks WHERE status = 'running' AND step > 0",
+                &format!("SELECT COUNT(*) FROM tasks WHERE {condition}"),
                 [],
                 |row| row.get(0),
             )
             .unwrap()
+    }
+
+    /// Running tasks that have committed at least one step.
+    fn stepping(&self) -> usize {
+        self.count("status = 'running' AND step > 0")
     }
 
     /// The step each unfinished task has committed.
@@ -649,13 +652,7 @@ impl Database {
 
     /// Tasks pending or running.
     fn unfinished(&self) -> usize {
-        self.0
-            .query_row(
-                "SELECT COUNT(*) FROM tasks WHERE status IN ('pending', 'running')",
-                [],
-                |row| row.get(0),
-            )
-            .unwrap()
+        self.count("status IN ('pending', 'running')")
     }
 
     /// Polls every 5 ms until `done` holds, panicking after `PATIENCE`.

@@ -30,7 +30,7 @@ use kind::{Erased, ErasedKind};
 use runner::{RunContext, Stored};
 
 pub use crate::store::{Change, Claimant, StoreError, TaskHandle};
-use crate::store::{FIRST_LEASE, NewTask, Refusal, Store, TaskRow, Transition, UNCLAIMED_LEASE};
+use crate::store::{NewTask, Refusal, Store, TaskRow, Transition};
 
 /// How many events a slow subscriber may fall behind before it must resynchronise from the store.
 const EVENT_BUFFER: usize = 1024;
@@ -713,7 +713,8 @@ impl Engine {
         if slot.is_some() {
             task.claim = Some(self.inner.claimant.clone());
         }
-        let (params, checkpoint) = (task.params.clone(), task.checkpoint.clone());
+        let (params, checkpoint, lease) =
+            (task.params.clone(), task.checkpoint.clone(), task.lease());
         let info = self
             .inner
             .store
@@ -725,11 +726,7 @@ impl Engine {
         let row = TaskRow {
             info: info.clone(),
             checkpoint,
-            lease: if slot.is_some() {
-                FIRST_LEASE
-            } else {
-                UNCLAIMED_LEASE
-            },
+            lease,
         };
         match slot {
             Some(slot) => self.inner.spawn_claimed(row, slot),

@@ -17,7 +17,6 @@ mod resume;
 mod stateless;
 mod task_requests;
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -447,15 +446,7 @@ fn request_span(request: &Request) -> tracing::Span {
 /// what it holds, so layered routes made every request allocate and free a copy of each inner
 /// layer at every level, 7 % of a `start_*` call's instructions. Here a clone is a few
 /// reference counts, and `mcp` (a `Router`) is a pointer.
-fn guarded<S>(mcp: S, auth: AuthState, resume: ResumeState, max_body_bytes: usize) -> Router
-where
-    S: tower::Service<Request, Response = axum::response::Response, Error = Infallible>
-        + Clone
-        + Send
-        + Sync
-        + 'static,
-    S::Future: Send + 'static,
-{
+fn guarded(mcp: Router, auth: AuthState, resume: ResumeState, max_body_bytes: usize) -> Router {
     // Only tokens have scopes: without authorization the layer would pass everything.
     let scopes = auth
         .verifier

@@ -41,6 +41,11 @@ pub(super) struct InitialLease<'a> {
 }
 
 impl NewTask {
+    /// The lease the task is stored under: [`FIRST_LEASE`] or [`UNCLAIMED_LEASE`].
+    pub fn lease(&self) -> i64 {
+        self.initial_lease().lease
+    }
+
     /// `running` under [`FIRST_LEASE`] of the claimant, as `claim_task` would leave it, or
     /// `pending` with no lease.
     pub(super) fn initial_lease(&self) -> InitialLease<'_> {
