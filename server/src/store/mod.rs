@@ -80,6 +80,11 @@ pub enum StoreError {
     /// so the cause is shared.
     #[error("the write transaction failed")]
     Commit(#[source] Arc<StoreError>),
+    /// Another write of the batch failed after it had changed the database, which nothing but
+    /// the whole transaction could undo (see `sqlite::Undo::Statement`): nothing of the batch
+    /// was kept.
+    #[error("another write of the same transaction failed midway; the transaction was undone")]
+    Undone,
     #[error("cannot start the store's writer thread")]
     WriterThread(#[source] std::io::Error),
     #[error("invalid database URL {0}")]

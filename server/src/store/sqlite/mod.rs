@@ -3,8 +3,10 @@
 //! Writes go through one writer thread that owns the read-write connection and commits whatever
 //! is queued in one transaction (group commit): each caller is answered only after the batch
 //! holding its write is durable, so nothing is announced before it is on disk, and a burst of
-//! small writes costs one fsync instead of one each. Every write runs in its own savepoint, so a
-//! failing write rolls back alone and does not take its batch-mates with it.
+//! small writes costs one fsync instead of one each. A failing write rolls back alone and does
+//! not take its batch-mates with it: by its own savepoint, or, for the writes that decide every
+//! refusal before their first change (most of the hot ones), by SQLite's undo of the statement
+//! that failed (see [`Undo`]).
 //!
 //! The events of a request's stream are queued instead (see [`StreamRepo::queue_event`]): a
 //! session's rmcp worker stores its requests' events one after another, and waiting for each
@@ -62,9 +64,20 @@ impl Default for WriteQueue {
 
 type Reply = Box<dyn FnOnce(Result<(), &Arc<StoreError>>) + Send>;
 /// A queued write. It is called inside the batch's transaction, or with `None` when that
-/// transaction could not even begin; either way it returns whether the write succeeded and the
-/// reply to send once the batch's fate is known.
-type WriteJob = Box<dyn FnOnce(Option<Batch<'_>>) -> (bool, Reply) + Send>;
+/// transaction could not even begin; either way it returns what it did and the reply to send
+/// once the batch's fate is known.
+type WriteJob = Box<dyn FnOnce(Option<Batch<'_>>) -> (Ran, Reply) + Send>;
+
+/// What a write did to the transaction it ran in.
+#[derive(Clone, Copy, PartialEq)]
+enum Ran {
+    Applied,
+    /// It failed, leaving the transaction as it found it.
+    Failed,
+    /// It failed after changing the database, without a savepoint that could undo its changes
+    /// alone: only rolling the whole transaction back can.
+    FailedMidway,
+}
 
 /// The transaction a queued write runs in.
 #[derive(Clone, Copy)]
@@ -83,10 +96,12 @@ enum Undo {
     /// By its own savepoint: the write runs several statements that change the database, and
     /// a later one failing must take the earlier ones with it.
     Savepoint,
-    /// By SQLite itself: the write changes the database by one statement at most, and nothing
-    /// after that statement can fail. A statement that fails undoes what it did and leaves the
-    /// transaction as it was, so the savepoint (two more statements, and a copy of every page
-    /// the write changes) would buy nothing.
+    /// By SQLite itself: the write checks everything that could refuse it before its first
+    /// change, so that no statement after that one can fail but as the whole transaction does
+    /// (a full disk, say). A statement that fails undoes what it did and leaves the transaction
+    /// as it was, so the savepoint (two more statements, and a copy of every page the write
+    /// changes) would buy nothing. Should such a write fail midway all the same, the writer
+    /// sees that it changed the database and rolls the whole batch back (see [`Ran`]).
     Statement,
 }
 
@@ -199,9 +214,9 @@ impl Sqlite {
         self.write_as(Undo::Savepoint, f).await
     }
 
-    /// [`Sqlite::write`] for an `f` that changes the database by one statement at most, after
-    /// which nothing can fail (see [`Undo::Statement`]): what it reads back it returns as
-    /// stored, for the caller to parse after the write.
+    /// [`Sqlite::write`] for an `f` that needs no savepoint: nothing after its first change
+    /// can fail (see [`Undo::Statement`]). What it reads back it returns as stored, for the
+    /// caller to parse after the write.
     async fn write_statement<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
@@ -238,11 +253,23 @@ impl Sqlite {
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
         let job: WriteJob = Box::new(move |batch| {
-            let outcome = batch.map(|batch| match batch.shared && undo == Undo::Savepoint {
-                true => in_savepoint(batch.conn, f),
-                false => f(batch.conn),
+            let mut ran = Ran::Failed;
+            let outcome = batch.map(|batch| {
+                if batch.shared && undo == Undo::Savepoint {
+                    return in_savepoint(batch.conn, f);
+                }
+                // Rows changed by statements that went through: a statement that failed
+                // counts none.
+                let before = batch.conn.total_changes();
+                let outcome = f(batch.conn);
+                if outcome.is_err() && batch.conn.total_changes() != before {
+                    ran = Ran::FailedMidway;
+                }
+                outcome
             });
-            let succeeded = matches!(outcome, Some(Ok(_)));
+            if matches!(outcome, Some(Ok(_))) {
+                ran = Ran::Applied;
+            }
             let reply = Box::new(move |commit: Result<(), &Arc<StoreError>>| {
                 answer(match (outcome, commit) {
                     (Some(Err(e)), _) => Err(e),
@@ -253,7 +280,7 @@ impl Sqlite {
                     (None, Ok(())) => Err(StoreError::Closed),
                 });
             });
-            (succeeded, reply as Reply)
+            (ran, reply as Reply)
         });
         let place = match tokio::time::timeout(self.queue_wait, self.writer.reserve()).await {
             Ok(place) => place.map_err(|_| StoreError::Closed)?,
@@ -486,9 +513,21 @@ fn commit(conn: &Connection, batch: Vec<WriteJob>) -> Begun {
     let mut undone = Ok(());
     let mut replies: Vec<Reply> = Vec::with_capacity(batch.len());
     for job in batch {
+        // A write failed midway: the batch is rolled back whole, and the writes after it
+        // are not run.
+        if undone.is_err() {
+            replies.push(job(None).1);
+            continue;
+        }
         match std::panic::catch_unwind(AssertUnwindSafe(|| job(Some(Batch { conn, shared })))) {
-            Ok((ok, reply)) => {
-                succeeded &= ok;
+            Ok((ran, reply)) => {
+                succeeded &= ran == Ran::Applied;
+                if ran == Ran::FailedMidway && shared {
+                    tracing::error!(
+                        "a write failed after changing the database; its batch is undone"
+                    );
+                    undone = Err(StoreError::Undone);
+                }
                 replies.push(reply);
             }
             Err(panic) => {
@@ -504,17 +543,18 @@ fn commit(conn: &Connection, batch: Vec<WriteJob>) -> Begun {
                 succeeded = false;
                 if shared && undone.is_ok() {
                     undone = run_cached(conn, "ROLLBACK TO job")
-                        .and_then(|()| run_cached(conn, "RELEASE job"));
+                        .and_then(|()| run_cached(conn, "RELEASE job"))
+                        .map_err(StoreError::from);
                 }
             }
         }
     }
     let committed = match undone {
-        // What a panicking write left behind could not be undone alone: nothing of the batch
-        // is kept.
+        // What a write that panicked or failed midway left behind could not be undone alone:
+        // nothing of the batch is kept.
         Err(e) => {
             let _ = conn.execute_batch("ROLLBACK");
-            Err(Arc::new(StoreError::from(e)))
+            Err(Arc::new(e))
         }
         Ok(()) if shared || succeeded => {
             run_cached(conn, "COMMIT").map_err(|e| Arc::new(StoreError::from(e)))
@@ -775,6 +815,60 @@ mod tests {
         ids.sort();
         assert_eq!(ids, ["a", "b", "c"]);
         assert_eq!(store.unfinished_tasks_of("o").await.unwrap(), 3);
+    }
+
+    /// A write without a savepoint that fails after changing the database (which its rule,
+    /// `Undo::Statement`, says cannot happen) takes its whole batch with it: nothing of what it
+    /// changed is kept, its batch-mates are told, and the writer goes on.
+    #[tokio::test]
+    async fn a_statement_write_failing_midway_undoes_its_batch() {
+        let deadline = Duration::from_secs(10);
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir, WriteQueue::default());
+        let release = hold_writer(&store).await;
+        let midway = {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store
+                    .write_statement(|conn| {
+                        conn.execute("INSERT INTO meta (key, value) VALUES ('m', 'v')", [])?;
+                        conn.execute("INSERT INTO meta (key, value) VALUES ('m', 'v')", [])?;
+                        Ok(())
+                    })
+                    .await
+            })
+        };
+        let before = tokio::spawn(insert(&store, "a", false));
+        let queued = async {
+            while store.queued() < 2 {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(deadline, queued).await.unwrap();
+        let after = tokio::spawn(insert(&store, "b", false));
+        tokio::time::timeout(deadline, async {
+            while store.queued() < 3 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .unwrap();
+        drop(release);
+        let midway = tokio::time::timeout(deadline, midway)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(matches!(midway, Err(StoreError::Sqlite(_))), "{midway:?}");
+        for mate in [before, after] {
+            let told = tokio::time::timeout(deadline, mate).await.unwrap().unwrap();
+            assert!(
+                matches!(&told, Err(StoreError::Commit(cause)) if matches!(**cause, StoreError::Undone)),
+                "{told:?}"
+            );
+        }
+        assert!(keys(&store).await.is_empty(), "{:?}", keys(&store).await);
+        insert(&store, "c", false).await.unwrap();
+        assert_eq!(keys(&store).await, ["c"]);
     }
 
     /// Writes beyond the queue's capacity wait for a place, and past the wait are told the

@@ -17,6 +17,10 @@ use crate::store::{
 /// which SQLite runs through a temporary table: this connection is the only writer, so nothing
 /// can come between them. `at` is the id the event was promised when it was queued (see
 /// [`super::LiveStreams`]); without one, the stream's counter says.
+///
+/// Every refusal is decided before the first change, and no statement after it can break a
+/// constraint (the event's id is its stream's next, and nothing else is unique), so the
+/// append needs no savepoint of its own (see `Undo::Statement`).
 fn append(
     conn: &Connection,
     event: &NewEvent,
@@ -149,7 +153,8 @@ impl StreamRepo for Sqlite {
     /// Appends an event to its stream (creating the stream on its first event) and returns
     /// the stream's token and the event's seq, once durable.
     async fn append_event(&self, event: NewEvent) -> Result<(String, u64), StoreError> {
-        self.write(move |conn| append(conn, &event, None)).await
+        self.write_statement(move |conn| append(conn, &event, None))
+            .await
     }
 
     async fn queue_event(
@@ -164,7 +169,7 @@ impl StreamRepo for Sqlite {
             .next(&event.stream_id, event.finishes);
         let promised = at.clone();
         self.queue(
-            Undo::Savepoint,
+            Undo::Statement,
             move |conn| append(conn, &event, Some(at)),
             durable,
         )
