@@ -14,14 +14,14 @@
 //! this node then answers for such a task until its own retention passes, as it would from a
 //! row its own sweep had not yet reached.)
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use durable_shared::TaskInfo;
 use hashlink::LruCache;
 
-use super::retention_cutoff;
+use super::{TaskEvent, retention_cutoff};
 
 /// Finished tasks kept at most, the least recently used dropped first. A task's JSON is a few
 /// hundred bytes to a few KiB (its parameters and result), so this is a few MiB at most.
@@ -33,7 +33,9 @@ pub(super) struct Finished {
 }
 
 struct Kept {
-    tasks: LruCache<String, TaskInfo>,
+    /// The event that announced each task's end, shared with its broadcast: keeping it costs a
+    /// reference count, not a copy of the task (its parameters and result with it).
+    tasks: LruCache<String, Arc<TaskEvent>>,
     /// The retention the sweep deletes by, once it runs (`None`: nothing is ever deleted).
     retention: Option<Duration>,
 }
@@ -54,7 +56,7 @@ impl Finished {
         let cutoff = kept
             .retention
             .map(|retention| retention_cutoff(Utc::now(), retention));
-        let task = kept.tasks.get(id)?;
+        let task = &kept.tasks.get(id)?.task;
         match (cutoff, task.completed_at) {
             (Some(cutoff), Some(completed)) if completed < cutoff => {
                 kept.tasks.remove(id);
@@ -64,11 +66,11 @@ impl Finished {
         }
     }
 
-    /// Keeps `task` if it is finished; anything else is left to the store.
-    pub(super) fn keep(&self, task: &TaskInfo) {
-        if task.status.is_terminal() {
+    /// Keeps the task of `event` if it is finished; anything else is left to the store.
+    pub(super) fn keep(&self, event: &Arc<TaskEvent>) {
+        if event.task.status.is_terminal() {
             let mut kept = self.tasks.lock().expect("finished tasks lock");
-            kept.tasks.insert(task.task_id.clone(), task.clone());
+            kept.tasks.insert(event.task.task_id.clone(), event.clone());
         }
     }
 
@@ -80,8 +82,10 @@ impl Finished {
     /// Forgets every task that finished before `cutoff`: a purge deleted them.
     pub(super) fn forget_before(&self, cutoff: DateTime<Utc>) {
         let mut kept = self.tasks.lock().expect("finished tasks lock");
-        kept.tasks.retain(|_, task| {
-            task.completed_at
+        kept.tasks.retain(|_, ended| {
+            ended
+                .task
+                .completed_at
                 .is_none_or(|completed| completed >= cutoff)
         });
     }
@@ -117,14 +121,18 @@ mod tests {
         }
     }
 
+    fn ended(task: TaskInfo) -> Arc<TaskEvent> {
+        Arc::new(TaskEvent::changed(task))
+    }
+
     #[test]
     fn only_finished_tasks_are_kept() {
         let finished = Finished::new();
         let now = Some(Utc::now());
-        finished.keep(&task("running", TaskStatus::Running, None));
-        finished.keep(&task("paused", TaskStatus::Paused, None));
-        finished.keep(&task("done", TaskStatus::Completed, now));
-        finished.keep(&task("failed", TaskStatus::Failed, now));
+        finished.keep(&ended(task("running", TaskStatus::Running, None)));
+        finished.keep(&ended(task("paused", TaskStatus::Paused, None)));
+        finished.keep(&ended(task("done", TaskStatus::Completed, now)));
+        finished.keep(&ended(task("failed", TaskStatus::Failed, now)));
         assert!(finished.get("running").is_none());
         assert!(finished.get("paused").is_none());
         assert_eq!(finished.get("done").unwrap().status, TaskStatus::Completed);
@@ -135,8 +143,8 @@ mod tests {
     fn a_task_past_retention_or_purged_is_not_served() {
         let finished = Finished::new();
         let hour_ago = Utc::now() - chrono::TimeDelta::hours(1);
-        finished.keep(&task("old", TaskStatus::Completed, Some(hour_ago)));
-        finished.keep(&task("new", TaskStatus::Completed, Some(Utc::now())));
+        finished.keep(&ended(task("old", TaskStatus::Completed, Some(hour_ago))));
+        finished.keep(&ended(task("new", TaskStatus::Completed, Some(Utc::now()))));
         assert!(finished.get("old").is_some(), "no retention yet: kept");
         finished.set_retention(Duration::from_secs(60));
         assert!(finished.get("old").is_none(), "past retention");
@@ -150,7 +158,7 @@ mod tests {
         let finished = Finished::new();
         let now = Some(Utc::now());
         for n in 0..=CAPACITY {
-            finished.keep(&task(&n.to_string(), TaskStatus::Completed, now));
+            finished.keep(&ended(task(&n.to_string(), TaskStatus::Completed, now)));
             if n == 0 {
                 continue;
             }

@@ -292,7 +292,8 @@ impl TaskWatch {
 
 impl Inner {
     fn publish(&self, event: TaskEvent) {
-        self.finished.keep(&event.task);
+        let event = Arc::new(event);
+        self.finished.keep(&event);
         {
             let mut watchers = self.watchers.lock().expect("watchers lock");
             let task = &event.task;
@@ -305,7 +306,7 @@ impl Inner {
             }
         }
         // No receiver is fine: nobody is watching.
-        let _ = self.events.send(Arc::new(event));
+        let _ = self.events.send(event);
     }
 
     fn start_worker(&self, queued: Queued, slot: OwnedSemaphorePermit) {
@@ -917,7 +918,10 @@ impl Engine {
             .get_task(task_id)
             .await?
             .ok_or_else(|| EngineError::NotFound(task_id.to_owned()))?;
-        self.inner.finished.keep(&task);
+        if task.status.is_terminal() {
+            let read = Arc::new(TaskEvent::changed(task.clone()));
+            self.inner.finished.keep(&read);
+        }
         Ok(task)
     }
 
