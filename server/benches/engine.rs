@@ -117,7 +117,7 @@ async fn store_commits(store: &Store, tasks: u64) -> f64 {
                     task,
                     lease,
                     step,
-                    checkpoint: json!(step),
+                    checkpoint: json!(step).to_string(),
                     progress: step,
                     message: format!("{step}/{STEPS_PER_TASK}"),
                     result: None,

@@ -193,7 +193,7 @@ async fn advance<K: TaskKind>(
             }) => (state, progress, message, None, Some(question)),
             Err(e) => return fail(&engine, id, lease, e.0).await,
         };
-        let encoded = serde_json::to_value(&next).and_then(|checkpoint| {
+        let encoded = serde_json::to_string(&next).and_then(|checkpoint| {
             let result = output.as_ref().map(serde_json::to_value).transpose()?;
             Ok((checkpoint, result))
         });

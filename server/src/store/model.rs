@@ -97,7 +97,9 @@ pub struct StepCommit {
     pub task: TaskInfo,
     pub lease: i64,
     pub step: u64,
-    pub checkpoint: Value,
+    /// The new checkpoint as JSON text: the worker serialises its state straight to what is
+    /// stored.
+    pub checkpoint: String,
     pub progress: u64,
     pub message: String,
     /// The kind's result: the step completes the task.

@@ -99,7 +99,7 @@ fn commit(task: &TaskInfo, lease: i64, step: u64) -> StepCommit {
         task: task.clone(),
         lease,
         step,
-        checkpoint: json!({"done": step}),
+        checkpoint: json!({"done": step}).to_string(),
         progress: step,
         message: format!("step {step}"),
         result: None,

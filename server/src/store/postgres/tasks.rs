@@ -286,7 +286,7 @@ impl TaskRepo for Postgres {
     async fn commit_step(&self, commit: StepCommit) -> Result<Option<TaskInfo>, StoreError> {
         // The row comes back by `RETURNING`, not from `commit.task`: its times are the
         // database's clock, the one the fleet shares.
-        let checkpoint = commit.checkpoint.to_string();
+        let checkpoint = &commit.checkpoint;
         let (progress, step) = (signed(commit.progress)?, signed(commit.step)?);
         match (&commit.result, &commit.question) {
             // Intermediate steps leave status and completion alone, so the indexes on them are

@@ -334,7 +334,7 @@ impl TaskRepo for Sqlite {
         .await
     }
 
-    async fn commit_step(&self, commit: StepCommit) -> Result<Option<TaskInfo>, StoreError> {
+    async fn commit_step(&self, mut commit: StepCommit) -> Result<Option<TaskInfo>, StoreError> {
         // Intermediate steps leave status and completion alone, so the indexes on them are
         // not rewritten on every step.
         let (sql, last) = match (&commit.result, &commit.question) {
@@ -361,7 +361,8 @@ impl TaskRepo for Sqlite {
         let (id, lease, checkpoint, progress, message, step) = (
             commit.id().to_owned(),
             commit.lease,
-            commit.checkpoint.to_string(),
+            // Only the row needs it: the answer is made without.
+            std::mem::take(&mut commit.checkpoint),
             commit.progress,
             commit.message.clone(),
             commit.step,
