@@ -56,14 +56,16 @@ impl Drop for RunContext {
     }
 }
 
-pub(crate) async fn run<K: TaskKind>(
+/// The worker of a task, holding `slot`. Not an `async fn`, for the reason `slots::holding`
+/// gives: this future is kept by every running task, and moved whole into its box.
+pub(crate) fn run<K: TaskKind>(
     kind: Arc<Erased<K>>,
     mut ctx: RunContext,
     slot: OwnedSemaphorePermit,
-) {
+) -> impl Future<Output = ()> {
     let stored = ctx.stored.take();
     let slots = ctx.engine.queue.slots().clone();
-    slots::holding(slots, slot, advance_until_stopped(kind, ctx, stored)).await;
+    slots::holding(slots, slot, advance_until_stopped(kind, ctx, stored))
 }
 
 /// Advances the task until it ends, is stopped or loses its lease, claiming it again after a

@@ -28,16 +28,20 @@ struct Held {
 }
 
 /// Runs `work` holding `permit`, which [`released`] may give back for a while.
-pub(super) async fn holding<F: Future>(
+///
+/// Not an `async fn`: one would keep `work` twice, as its argument and inside the scope it
+/// awaits (rustc lays both out in its state), and a worker's future is the size of its whole
+/// run, kilobytes, held by every running task.
+pub(super) fn holding<F: Future>(
     slots: Arc<Semaphore>,
     permit: OwnedSemaphorePermit,
     work: F,
-) -> F::Output {
+) -> impl Future<Output = F::Output> {
     let held = Held {
         slots,
         permit: RefCell::new(Some(permit)),
     };
-    HELD.scope(held, work).await
+    HELD.scope(held, work)
 }
 
 /// Runs `wait` without this worker's slot (if it holds one), and takes a slot again after.
