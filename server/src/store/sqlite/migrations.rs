@@ -8,6 +8,22 @@ use rusqlite::Connection;
 
 use super::StoreError;
 
+/// The indexes of `tasks` since version 8, made again whenever the table is rebuilt (dropping a
+/// table drops its indexes). "Unfinished" is spelled with ORs, as in version 5.
+macro_rules! tasks_indexes {
+    () => {
+        r#"
+    CREATE INDEX tasks_by_status ON tasks (status, created_at);
+    CREATE INDEX tasks_by_owner ON tasks (owner, created_at);
+    CREATE INDEX tasks_by_completion ON tasks (completed_at) WHERE completed_at IS NOT NULL;
+    CREATE UNIQUE INDEX tasks_exclusive ON tasks (exclusive)
+        WHERE exclusive IS NOT NULL
+          AND (status = 'pending' OR status = 'running' OR status = 'paused'
+               OR status = 'input_required');
+    "#
+    };
+}
+
 /// The triggers of version 10 that keep each owner's count of unfinished tasks in `owner_load`,
 /// made again whenever `tasks` is rebuilt (dropping a table drops its triggers).
 macro_rules! owner_load_triggers {
@@ -179,7 +195,8 @@ const MIGRATIONS: &[&str] = &[
     // 8: tasks that wait for a person: the `input_required` status and the question asked.
     // SQLite cannot change a CHECK constraint in place, so the table is rebuilt (its indexes
     // go with it and are made again, the "unfinished" ones counting the new status).
-    r#"
+    concat!(
+        r#"
     CREATE TABLE tasks_v8 (
         id           TEXT PRIMARY KEY,
         kind         TEXT NOT NULL,
@@ -212,17 +229,14 @@ const MIGRATIONS: &[&str] = &[
         FROM tasks;
     DROP TABLE tasks;
     ALTER TABLE tasks_v8 RENAME TO tasks;
-    CREATE INDEX tasks_by_status ON tasks (status, created_at);
-    CREATE INDEX tasks_by_owner ON tasks (owner, created_at);
-    CREATE INDEX tasks_by_completion ON tasks (completed_at) WHERE completed_at IS NOT NULL;
-    CREATE UNIQUE INDEX tasks_exclusive ON tasks (exclusive)
-        WHERE exclusive IS NOT NULL
-          AND (status = 'pending' OR status = 'running' OR status = 'paused'
-               OR status = 'input_required');
+    "#,
+        tasks_indexes!(),
+        r#"
     CREATE INDEX tasks_unfinished_by_owner ON tasks (owner)
         WHERE status = 'pending' OR status = 'running' OR status = 'paused'
            OR status = 'input_required';
-    "#,
+    "#
+    ),
     // 9: the process that made a request's stream, so that a resumption of a stream whose
     // handler died unanswered (and that no relay will answer) is refused instead of waiting
     // for ever.
@@ -290,14 +304,8 @@ const MIGRATIONS: &[&str] = &[
         FROM tasks;
     DROP TABLE tasks;
     ALTER TABLE tasks_v11 RENAME TO tasks;
-    CREATE INDEX tasks_by_status ON tasks (status, created_at);
-    CREATE INDEX tasks_by_owner ON tasks (owner, created_at);
-    CREATE INDEX tasks_by_completion ON tasks (completed_at) WHERE completed_at IS NOT NULL;
-    CREATE UNIQUE INDEX tasks_exclusive ON tasks (exclusive)
-        WHERE exclusive IS NOT NULL
-          AND (status = 'pending' OR status = 'running' OR status = 'paused'
-               OR status = 'input_required');
     "#,
+        tasks_indexes!(),
         owner_load_triggers!()
     ),
 ];

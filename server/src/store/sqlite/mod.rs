@@ -79,6 +79,17 @@ enum Ran {
     FailedMidway,
 }
 
+impl Ran {
+    /// What a write that returned `outcome`, having `changed` the database or not, did.
+    fn of<T>(outcome: &Result<T, StoreError>, changed: bool) -> Ran {
+        match (outcome, changed) {
+            (Ok(_), _) => Ran::Applied,
+            (Err(_), false) => Ran::Failed,
+            (Err(_), true) => Ran::FailedMidway,
+        }
+    }
+}
+
 /// The transaction a queued write runs in.
 #[derive(Clone, Copy)]
 struct Batch<'c> {
@@ -253,23 +264,21 @@ impl Sqlite {
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
         let job: WriteJob = Box::new(move |batch| {
-            let mut ran = Ran::Failed;
-            let outcome = batch.map(|batch| {
-                if batch.shared && undo == Undo::Savepoint {
-                    return in_savepoint(batch.conn, f);
+            let (ran, outcome) = match batch {
+                None => (Ran::Failed, None),
+                Some(batch) if batch.shared && undo == Undo::Savepoint => {
+                    let outcome = in_savepoint(batch.conn, f);
+                    (Ran::of(&outcome, false), Some(outcome))
                 }
-                // Rows changed by statements that went through: a statement that failed
-                // counts none.
-                let before = batch.conn.total_changes();
-                let outcome = f(batch.conn);
-                if outcome.is_err() && batch.conn.total_changes() != before {
-                    ran = Ran::FailedMidway;
+                Some(batch) => {
+                    // Rows changed by statements that went through: a statement that failed
+                    // counts none.
+                    let before = batch.conn.total_changes();
+                    let outcome = f(batch.conn);
+                    let changed = batch.conn.total_changes() != before;
+                    (Ran::of(&outcome, changed), Some(outcome))
                 }
-                outcome
-            });
-            if matches!(outcome, Some(Ok(_))) {
-                ran = Ran::Applied;
-            }
+            };
             let reply = Box::new(move |commit: Result<(), &Arc<StoreError>>| {
                 answer(match (outcome, commit) {
                     (Some(Err(e)), _) => Err(e),
@@ -683,6 +692,18 @@ mod tests {
         (write, running, release)
     }
 
+    /// Returns once `writes` writes wait for the writer; panics after a while.
+    async fn until_queued(store: &Sqlite, writes: usize) {
+        let queued = async {
+            while store.queued() < writes {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), queued)
+            .await
+            .unwrap_or_else(|_| panic!("{writes} writes never queued"));
+    }
+
     /// Holds the writer inside a write until the returned sender is dropped.
     async fn hold_writer(store: &Sqlite) -> std::sync::mpsc::Sender<()> {
         let (_, running, release) = holding_write(store);
@@ -713,14 +734,10 @@ mod tests {
                     .await
             }
         }));
-        while store.queued() < writes.len() {
-            tokio::task::yield_now().await;
-        }
+        until_queued(&store, writes.len()).await;
         // The last write of the batch waits until told, keeping its transaction open.
         let (last, running, finish) = holding_write(&store);
-        while store.queued() < writes.len() + 1 {
-            tokio::task::yield_now().await;
-        }
+        until_queued(&store, writes.len() + 1).await;
         drop(release);
         running.await.unwrap();
         let answered = writes.iter().filter(|write| write.is_finished()).count();
@@ -753,9 +770,7 @@ mod tests {
         let writes = [("a", false), ("p", true), ("b", false)]
             .map(|(key, panics)| tokio::spawn(insert(&store, key, panics)));
         // The three wait behind the held write, so they share the next transaction.
-        while store.queued() < 3 {
-            tokio::task::yield_now().await;
-        }
+        until_queued(&store, 3).await;
         drop(release);
         let outcomes = futures::future::join_all(writes).await;
         let outcomes: Vec<_> = outcomes.into_iter().map(|o| o.unwrap()).collect();
@@ -790,12 +805,7 @@ mod tests {
             let store = store.clone();
             tokio::spawn(async move { store.insert_task(new_task(id)).await })
         });
-        let all_queued = async {
-            while store.queued() < 3 {
-                tokio::task::yield_now().await;
-            }
-        };
-        tokio::time::timeout(deadline, all_queued).await.unwrap();
+        until_queued(&store, 3).await;
         drop(release);
         let outcomes = tokio::time::timeout(deadline, futures::future::join_all(inserts))
             .await
@@ -839,20 +849,9 @@ mod tests {
             })
         };
         let before = tokio::spawn(insert(&store, "a", false));
-        let queued = async {
-            while store.queued() < 2 {
-                tokio::task::yield_now().await;
-            }
-        };
-        tokio::time::timeout(deadline, queued).await.unwrap();
+        until_queued(&store, 2).await;
         let after = tokio::spawn(insert(&store, "b", false));
-        tokio::time::timeout(deadline, async {
-            while store.queued() < 3 {
-                tokio::task::yield_now().await;
-            }
-        })
-        .await
-        .unwrap();
+        until_queued(&store, 3).await;
         drop(release);
         let midway = tokio::time::timeout(deadline, midway)
             .await
@@ -883,9 +882,7 @@ mod tests {
         let store = open(&dir, queue);
         let release = hold_writer(&store).await;
         let queued = ["a", "b"].map(|key| tokio::spawn(insert(&store, key, false)));
-        while store.queued() < 2 {
-            tokio::task::yield_now().await;
-        }
+        until_queued(&store, 2).await;
         let refused = insert(&store, "c", false).await;
         assert!(
             matches!(refused, Err(StoreError::Busy { queued: 2 })),
