@@ -4,8 +4,8 @@
 //! nothing and reports only what is already stored, so nothing in its answer needs storing
 //! first. It goes to the service without an event store (the one 2026-07-28 requests use, see
 //! `stateless`), which answers with one `application/json` body, as Streamable HTTP allows for
-//! any request (a client must accept both). That skips rmcp's session worker and the three store
-//! writes of a stream (its priming event, its session, the response). The answer cannot be
+//! any request (a client must accept both). That skips rmcp's session worker and the store
+//! writes of a stream (its row with its session, the response). The answer cannot be
 //! resumed; a client that lost it asks again, which a read allows.
 //!
 //! A read needs nothing the session holds in memory, only who asks, which the handler takes

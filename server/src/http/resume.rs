@@ -247,11 +247,19 @@ async fn stored_stream(
     let Some(info) = streams.stream_info(&id.token).await? else {
         return Ok(None);
     };
+    // A request stream's first event, its priming one, may never have been stored (see
+    // `StreamRepo::queue_event`): what follows it counts. Events expire oldest first, so
+    // that is all kept while the event after it is, or while there is none yet.
+    let event_kept = if id.seq == 1 && !info.standalone {
+        info.next_seq == 2 || streams.event_exists(&id.token, 2).await?
+    } else {
+        streams.event_exists(&id.token, id.seq).await?
+    };
     Ok(Some(StoredStream {
         owner: info.session_id,
         standalone: info.standalone,
         next_seq: info.next_seq,
-        event_kept: streams.event_exists(&id.token, id.seq).await?,
+        event_kept,
         // Asked only of an unfinished stream: a finished one replays to its end.
         abandoned: !info.finished && streams.abandoned(&id.token).await?,
     }))
@@ -276,7 +284,8 @@ struct StoredStream {
     standalone: bool,
     /// The seq the stream's next event will get.
     next_seq: u64,
-    /// Whether the event the id names is still stored (events expire).
+    /// Whether the event the id names is still stored (events expire); for a request stream's
+    /// priming event, which may never have been, whether all that followed it is.
     event_kept: bool,
     /// The stream waits for an answer no process will send: its handler died with its process
     /// before the answer was stored, and no relay finishes it.

@@ -334,7 +334,10 @@ pub trait StreamRepo: Send + Sync {
     /// durable; `durable` is told once it is, or that it failed. Nothing may show a client
     /// what the event says before [`StreamRepo::queued_durable`] returns. Not waiting here
     /// lets a session's events be committed together, not one fsync after another. A backend
-    /// without a write queue appends before it returns (the default).
+    /// without a write queue appends before it returns (the default). A backend with one may
+    /// leave the stream's first event unstored when it has no message (the priming event, which
+    /// nothing replays): the stream's row is then made by the next write that names it, the
+    /// record of its session ([`StreamRepo::queue_stream_session`]) or its next event.
     async fn queue_event(
         &self,
         event: NewEvent,

@@ -139,7 +139,19 @@ pub struct Sqlite {
 #[derive(Default)]
 struct LiveStreams {
     streams: HashMap<String, LiveStream>,
+    /// The streams whose priming event went unstored, by token: the first write that names
+    /// one makes its row (see `streams::queue_event`), the record of its session (usual) or
+    /// its next event, whichever the writer runs first. An entry is taken on the writer's
+    /// thread, so that whichever write comes second finds the row made.
+    unborn: HashMap<String, Unborn>,
     swept: Option<Instant>,
+}
+
+/// A request stream that has a token, and has sent its priming event under it, but no row yet.
+struct Unborn {
+    stream_id: String,
+    created_at: i64,
+    since: Instant,
 }
 
 struct LiveStream {
@@ -163,6 +175,10 @@ impl LiveStreams {
         {
             self.streams
                 .retain(|_, stream| now.duration_since(stream.touched) < LIVE_STREAM_IDLE);
+            // A request whose stream got neither a session nor a second event (it was
+            // cancelled before either) leaves its entry behind.
+            self.unborn
+                .retain(|_, unborn| now.duration_since(unborn.since) < LIVE_STREAM_IDLE);
             self.swept = Some(now);
         }
         let stream = self

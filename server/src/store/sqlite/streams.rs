@@ -1,11 +1,12 @@
 //! [`StreamRepo`] on SQLite: the `streams`, `events` and `call_bindings` tables.
 
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{Sqlite, Undo};
+use super::{LiveStreams, Sqlite, Unborn, Undo};
 use crate::store::{
     CallBinding, Durable, NewEvent, Pruned, Refusal, StoreError, StoredEvent, StreamInfo,
     StreamRepo, is_standalone, new_stream_token, now_ms,
@@ -18,11 +19,15 @@ use crate::store::{
 /// can come between them. `at` is the id the event was promised when it was queued (see
 /// [`super::LiveStreams`]); without one, the stream's counter says.
 ///
+/// A stream whose priming event went unstored (see [`StreamRepo::queue_event`]) gets its row
+/// here if its event comes before the record of its session, which then finds the row made.
+///
 /// Every refusal is decided before the first change, and no statement after it can break a
 /// constraint (the event's id is its stream's next, and nothing else is unique), so the
 /// append needs no savepoint of its own (see `Undo::Statement`).
 fn append(
     conn: &Connection,
+    live: &Mutex<LiveStreams>,
     event: &NewEvent,
     at: Option<(String, u64)>,
 ) -> Result<(String, u64), StoreError> {
@@ -63,6 +68,10 @@ fn append(
         None if !event.opens => return Err(ended().into()),
         None => {
             let (token, seq) = at.unwrap_or_else(|| (new_stream_token(), 1));
+            live.lock()
+                .expect("live streams lock")
+                .unborn
+                .remove(&token);
             conn.prepare_cached(
                 "INSERT INTO streams (token, stream_id, session_id, next_seq, finished, \
                  created_at, call_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -121,9 +130,30 @@ impl StreamSession {
     }
 
     /// Records it; false if another session received the stream, or it does not exist. A
-    /// request's stream is recorded once, just after its first event, so the update comes
-    /// first and the lookup only when it changes nothing.
-    fn record(&self, conn: &Connection) -> Result<bool, StoreError> {
+    /// request's stream is recorded once, just after its first event: usually the priming
+    /// event, which was not stored, and then the record makes the stream's row. Otherwise the
+    /// update comes first and the lookup only when it changes nothing.
+    fn record(&self, conn: &Connection, live: &Mutex<LiveStreams>) -> Result<bool, StoreError> {
+        let unborn = live
+            .lock()
+            .expect("live streams lock")
+            .unborn
+            .remove(&self.token);
+        if let Some(unborn) = unborn {
+            conn.prepare_cached(
+                "INSERT INTO streams (token, stream_id, session_id, next_seq, finished, \
+                 created_at, call_id, instance) VALUES (?1, ?2, ?3, 2, 0, ?4, ?5, ?6)",
+            )?
+            .execute(params![
+                self.token,
+                unborn.stream_id,
+                self.session_id,
+                unborn.created_at,
+                self.call_id,
+                self.instance
+            ])?;
+            return Ok(true);
+        }
         let recorded = conn
             .prepare_cached(
                 "UPDATE streams SET session_id = ?2, call_id = ?3, instance = ?4 \
@@ -153,7 +183,8 @@ impl StreamRepo for Sqlite {
     /// Appends an event to its stream (creating the stream on its first event) and returns
     /// the stream's token and the event's seq, once durable.
     async fn append_event(&self, event: NewEvent) -> Result<(String, u64), StoreError> {
-        self.write_statement(move |conn| append(conn, &event, None))
+        let live = self.live.clone();
+        self.write_statement(move |conn| append(conn, &live, &event, None))
             .await
     }
 
@@ -162,15 +193,32 @@ impl StreamRepo for Sqlite {
         event: NewEvent,
         durable: Durable,
     ) -> Result<(String, u64), StoreError> {
-        let at = self
-            .live
-            .lock()
-            .expect("live streams lock")
-            .next(&event.stream_id, event.finishes);
+        // A request stream's priming event (its first, without a message) is not stored: what
+        // a client can do with its id, resume the stream after it, needs only the stream,
+        // whose row the record of its session makes (`StreamSession::record`), or else its
+        // next event. So a POST costs the store one row and one write fewer. Nothing is
+        // replayed from before an id a client holds, and the resume middleware's check of an
+        // id knows that a request stream's first event may be missing.
+        let priming = event.message.is_none() && !event.finishes;
+        let at = {
+            let mut live = self.live.lock().expect("live streams lock");
+            let at = live.next(&event.stream_id, event.finishes);
+            if priming && at.1 == 1 {
+                let unborn = Unborn {
+                    stream_id: event.stream_id,
+                    created_at: now_ms(),
+                    since: Instant::now(),
+                };
+                live.unborn.insert(at.0.clone(), unborn);
+                return Ok(at);
+            }
+            at
+        };
         let promised = at.clone();
+        let live = self.live.clone();
         self.queue(
             Undo::Statement,
-            move |conn| append(conn, &event, Some(at)),
+            move |conn| append(conn, &live, &event, Some(at)),
             durable,
         )
         .await?;
@@ -186,7 +234,9 @@ impl StreamRepo for Sqlite {
         instance: &str,
     ) -> Result<bool, StoreError> {
         let binding = StreamSession::new(token, session_id, call_id, instance);
-        self.write_statement(move |conn| binding.record(conn)).await
+        let live = self.live.clone();
+        self.write_statement(move |conn| binding.record(conn, &live))
+            .await
     }
 
     async fn queue_stream_session(
@@ -197,9 +247,10 @@ impl StreamRepo for Sqlite {
         instance: &str,
     ) -> Result<(), StoreError> {
         let binding = StreamSession::new(token, session_id, call_id, instance);
+        let live = self.live.clone();
         self.queue(
             Undo::Statement,
-            move |conn| binding.record(conn),
+            move |conn| binding.record(conn, &live),
             |recorded| match recorded {
                 Ok(true) => {}
                 Ok(false) => tracing::warn!("a stream's session was not recorded: not its stream"),
