@@ -697,17 +697,11 @@ impl Engine {
         owner: &str,
         params: Value,
     ) -> Result<TaskInfo, EngineError> {
-        // Time-ordered ids (UUIDv7): tasks are keyed by id, and ids made one after another
-        // share the last pages of that index, where random ones would put each new task on a
-        // page of its own, written at every commit. Its 74 random bits keep an id unguessable,
-        // and knowing one grants nothing: every use of a task checks its owner.
         let Prepared {
             mut task,
             exclusive_field: field,
             ..
-        } = self
-            .planned(kind, owner, |_| uuid::Uuid::now_v7().to_string(), params)
-            .await?;
+        } = self.planned(kind, owner, |_| new_task_id(), params).await?;
         // With a running slot free now, the task is stored claimed and its worker starts in
         // that slot: one transaction fewer than storing it pending and claiming it after.
         let slot = self.inner.queue.try_admit();
@@ -1022,6 +1016,22 @@ impl Engine {
     }
 }
 
+/// A new task's id, time-ordered (UUIDv7): tasks are keyed by id, and ids made one after
+/// another share the last pages of that index, where random ones would put each new task on a
+/// page of its own, written at every commit. Its 74 random bits keep an id unguessable, and
+/// knowing one grants nothing: every use of a task checks its owner.
+///
+/// The bits come from the thread's generator (rand's, a CSPRNG the OS seeds), not from
+/// `Uuid::now_v7`, which asks the OS for them at every id (a system call) and holds a
+/// process-wide lock meanwhile, for a counter that orders the ids of one millisecond, which
+/// nothing here needs: two threads starting tasks waited on each other.
+fn new_task_id() -> String {
+    let millis = Utc::now().timestamp_millis().max(0) as u64;
+    uuid::Builder::from_unix_timestamp_millis(millis, &rand::random())
+        .into_uuid()
+        .to_string()
+}
+
 /// The instant before which finished tasks are removed: `now` minus `retention`, in exact
 /// elapsed time, so month and year boundaries need no special cases.
 pub fn retention_cutoff(now: DateTime<Utc>, retention: Duration) -> DateTime<Utc> {
@@ -1035,6 +1045,25 @@ mod tests {
     use chrono::TimeZone;
 
     use super::*;
+
+    /// Task ids are UUIDv7 of the current millisecond, with random bits that differ every time.
+    #[test]
+    fn task_ids_are_time_ordered_and_random() {
+        let before = Utc::now().timestamp_millis() as u64;
+        let ids: Vec<uuid::Uuid> = (0..64)
+            .map(|_| new_task_id().parse().expect("a UUID"))
+            .collect();
+        let after = Utc::now().timestamp_millis() as u64;
+        for id in &ids {
+            assert_eq!(id.get_version_num(), 7, "{id}");
+            let (seconds, nanos) = id.get_timestamp().expect("a v7 timestamp").to_unix();
+            let millis = seconds * 1000 + u64::from(nanos) / 1_000_000;
+            assert!((before..=after).contains(&millis), "{id}: {millis}");
+        }
+        let random: std::collections::HashSet<_> =
+            ids.iter().map(|id| id.as_bytes()[6..].to_vec()).collect();
+        assert_eq!(random.len(), ids.len(), "the random bits repeat");
+    }
 
     /// The first reference server subtracted days from the day of the month, which breaks at
     /// the start of every month; the cutoff is exact elapsed time instead.
