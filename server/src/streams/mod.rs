@@ -1064,55 +1064,60 @@ mod tests {
     /// event, whichever of the two the writer runs first; the other finds the row made.
     #[tokio::test]
     async fn a_request_stream_is_made_by_its_session_record_or_its_next_event() {
-        for answer_first in [false, true] {
-            let dir = tempfile::tempdir().unwrap();
-            let database = crate::store::Database::Sqlite(dir.path().join("t.db"));
-            let store = Store::connect(&database, "test-node").await.unwrap();
-            let streams = StreamStore::new(store, "test-node", CancellationToken::new());
-            let priming = ServerSseMessage::priming("", Duration::from_secs(3));
-            let message = json!({"jsonrpc": "2.0", "id": 1, "result": {}});
-            let answer = ServerSseMessage::new("", serde_json::from_value(message).unwrap());
-            let stream = "session-a/1";
-            let first: EventId = streams
-                .store_event(stream, &priming)
-                .await
-                .unwrap()
-                .parse()
-                .unwrap();
-            assert_eq!(first.seq, 1);
-            let call = CallId::random();
-            let bind = || streams.bind_stream_session(&first.token, "session-a", &call);
-            if answer_first {
-                streams.store_event(stream, &answer).await.unwrap();
-                bind().await.unwrap();
-            } else {
-                bind().await.unwrap();
+        let check = async {
+            for answer_first in [false, true] {
+                let dir = tempfile::tempdir().unwrap();
+                let database = crate::store::Database::Sqlite(dir.path().join("t.db"));
+                let store = Store::connect(&database, "test-node").await.unwrap();
+                let streams = StreamStore::new(store, "test-node", CancellationToken::new());
+                let priming = ServerSseMessage::priming("", Duration::from_secs(3));
+                let message = json!({"jsonrpc": "2.0", "id": 1, "result": {}});
+                let answer = ServerSseMessage::new("", serde_json::from_value(message).unwrap());
+                let stream = "session-a/1";
+                let first: EventId = streams
+                    .store_event(stream, &priming)
+                    .await
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                assert_eq!(first.seq, 1);
+                let call = CallId::random();
+                let bind = || streams.bind_stream_session(&first.token, "session-a", &call);
+                if answer_first {
+                    streams.store_event(stream, &answer).await.unwrap();
+                    bind().await.unwrap();
+                } else {
+                    bind().await.unwrap();
+                    streams.durable().await;
+                    let info = streams.stream_info(&first.token).await.unwrap();
+                    let info = info.expect("the record makes the stream");
+                    assert_eq!(info.session_id.as_deref(), Some("session-a"));
+                    assert_eq!(info.next_seq, 2, "the priming event's id is taken");
+                    streams.store_event(stream, &answer).await.unwrap();
+                }
                 streams.durable().await;
-                let info = streams.stream_info(&first.token).await.unwrap();
-                let info = info.expect("the record makes the stream");
+                let info = streams.stream_info(&first.token).await.unwrap().unwrap();
+                assert_eq!(
+                    info.session_id.as_deref(),
+                    Some("session-a"),
+                    "answer first: {answer_first}"
+                );
+                assert_eq!((info.next_seq, info.finished), (3, true));
+                assert!(!streams.event_exists(&first.token, 1).await.unwrap());
+                assert!(streams.event_exists(&first.token, 2).await.unwrap());
+                // Recorded once: another session cannot take the stream over.
+                streams
+                    .bind_stream_session(&first.token, "session-b", &CallId::random())
+                    .await
+                    .unwrap();
+                streams.durable().await;
+                let info = streams.stream_info(&first.token).await.unwrap().unwrap();
                 assert_eq!(info.session_id.as_deref(), Some("session-a"));
-                assert_eq!(info.next_seq, 2, "the priming event's id is taken");
-                streams.store_event(stream, &answer).await.unwrap();
             }
-            streams.durable().await;
-            let info = streams.stream_info(&first.token).await.unwrap().unwrap();
-            assert_eq!(
-                info.session_id.as_deref(),
-                Some("session-a"),
-                "answer first: {answer_first}"
-            );
-            assert_eq!((info.next_seq, info.finished), (3, true));
-            assert!(!streams.event_exists(&first.token, 1).await.unwrap());
-            assert!(streams.event_exists(&first.token, 2).await.unwrap());
-            // Recorded once: another session cannot take the stream over.
-            streams
-                .bind_stream_session(&first.token, "session-b", &CallId::random())
-                .await
-                .unwrap();
-            streams.durable().await;
-            let info = streams.stream_info(&first.token).await.unwrap().unwrap();
-            assert_eq!(info.session_id.as_deref(), Some("session-a"));
-        }
+        };
+        tokio::time::timeout(Duration::from_secs(30), check)
+            .await
+            .expect("the store answers within 30 s");
     }
 
     /// An event the store refuses (here a second answer on an ended stream; in production a

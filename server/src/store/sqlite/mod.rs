@@ -150,7 +150,6 @@ struct LiveStreams {
 /// A request stream that has a token, and has sent its priming event under it, but no row yet.
 struct Unborn {
     stream_id: String,
-    created_at: i64,
     since: Instant,
 }
 

@@ -148,7 +148,7 @@ impl StreamSession {
                 self.token,
                 unborn.stream_id,
                 self.session_id,
-                unborn.created_at,
+                now_ms(),
                 self.call_id,
                 self.instance
             ])?;
@@ -206,7 +206,6 @@ impl StreamRepo for Sqlite {
             if priming && at.1 == 1 {
                 let unborn = Unborn {
                     stream_id: event.stream_id,
-                    created_at: now_ms(),
                     since: Instant::now(),
                 };
                 live.unborn.insert(at.0.clone(), unborn);
