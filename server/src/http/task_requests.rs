@@ -5,12 +5,16 @@
 //! `DurableServer` answers in that shape. Which message is renamed to what is decided by plain
 //! functions, tested below.
 
+use std::borrow::Cow;
+
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rmcp::model::RequestMetaObject;
+use serde::Deserialize;
+use serde::de::{Deserializer, IgnoredAny};
 use serde_json::{Value, json};
 
 use super::stateless::Stateless;
@@ -50,22 +54,27 @@ pub async fn adapt_task_requests(
         });
     let mut body = Body::from(bytes.clone());
     if worth_parsing(&bytes)
-        && let Ok(mut message) = serde_json::from_slice::<Value>(&bytes)
+        && let Ok(message) = serde_json::from_slice::<Envelope>(&bytes)
     {
-        let session = parts
-            .headers
-            .get("mcp-session-id")
-            .and_then(|value| value.to_str().ok());
-        let declared = match session {
-            Some(session) => streams
-                .session_profile(session)
-                .await
-                .is_some_and(|profile| profile.tasks_extension),
-            None => false,
-        } || declares_extension_per_request(&message);
-        if let Some(private) = private_method(&message, declared) {
-            message["method"] = json!(private);
-            body = Body::from(message.to_string());
+        let declared = message.extension_matters()
+            && (declares_extension_per_request(&message) || {
+                let session = parts
+                    .headers
+                    .get("mcp-session-id")
+                    .and_then(|value| value.to_str().ok());
+                match session {
+                    Some(session) => streams
+                        .session_profile(session)
+                        .await
+                        .is_some_and(|profile| profile.tasks_extension),
+                    None => false,
+                }
+            });
+        if let Some(private) = private_method(&message, declared)
+            && let Ok(mut whole) = serde_json::from_slice::<Value>(&bytes)
+        {
+            whole["method"] = json!(private);
+            body = Body::from(whole.to_string());
         }
     }
     let response = next.run(Request::from_parts(parts, body)).await;
@@ -101,12 +110,50 @@ pub(super) fn worth_parsing(body: &[u8]) -> bool {
     mentions(b"tools/") || mentions(b"tasks/")
 }
 
+/// What the renaming reads of a message: its method, borrowed from the body, and two fields of
+/// its params. Every `tools/call` (each `start_*`) is read here, and a whole `Value`, arguments
+/// and all, cost more than the fields looked at. A body that is not an object with a string
+/// method (a response, a batch, a malformed request) fails to parse and is passed on as it is.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    method: Cow<'a, str>,
+    #[serde(default)]
+    params: Option<EnvelopeParams>,
+}
+
+#[derive(Deserialize)]
+struct EnvelopeParams {
+    /// Whether the params have a `task` field, whatever it holds.
+    #[serde(default, deserialize_with = "present")]
+    task: bool,
+    /// Rarely there on a session's request: only a request declaring the extension by itself
+    /// needs it.
+    #[serde(rename = "_meta", default)]
+    meta: Option<Value>,
+}
+
+/// Deserializes any value (a field that is present) as `true`.
+fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
+    IgnoredAny::deserialize(deserializer).map(|_| true)
+}
+
+impl Envelope<'_> {
+    /// Whether [`private_method`] depends on the client's declaring the tasks extension, which
+    /// costs a look at the session to learn.
+    fn extension_matters(&self) -> bool {
+        matches!(&*self.method, "tasks/get" | "tasks/cancel")
+    }
+}
+
 /// The private method `message` is renamed to, given whether its client declared the tasks
 /// extension (then rmcp serves its `tasks/get` and `tasks/cancel` itself).
-fn private_method(message: &Value, tasks_extension: bool) -> Option<&'static str> {
-    match message["method"].as_str()? {
+fn private_method(message: &Envelope<'_>, tasks_extension: bool) -> Option<&'static str> {
+    match &*message.method {
         "tools/list" => Some(PRIVATE_LIST_TOOLS),
-        "tools/call" if message["params"].get("task").is_some() => Some(PRIVATE_CALL),
+        "tools/call" if message.params.as_ref().is_some_and(|params| params.task) => {
+            Some(PRIVATE_CALL)
+        }
         "tasks/get" if !tasks_extension => Some(PRIVATE_GET),
         "tasks/cancel" if !tasks_extension => Some(PRIVATE_CANCEL),
         _ => None,
@@ -115,9 +162,12 @@ fn private_method(message: &Value, tasks_extension: bool) -> Option<&'static str
 
 /// Whether a request declares the extension in its own `_meta` client capabilities, as rmcp
 /// reads them.
-fn declares_extension_per_request(message: &Value) -> bool {
-    serde_json::from_value::<RequestMetaObject>(message["params"]["_meta"].clone())
-        .ok()
+fn declares_extension_per_request(message: &Envelope<'_>) -> bool {
+    message
+        .params
+        .as_ref()
+        .and_then(|params| params.meta.as_ref())
+        .and_then(|meta| RequestMetaObject::deserialize(meta).ok())
         .and_then(|meta| meta.client_capabilities())
         .is_some_and(|capabilities| capabilities.supports_tasks())
 }
@@ -203,19 +253,41 @@ mod tests {
                 None,
             ),
             (json!({"jsonrpc": "2.0", "id": 1, "method": 7}), false, None),
+            // A `task` field marks a task-augmented call whatever it holds.
+            (
+                request("tools/call", json!({"name": "x", "task": null})),
+                false,
+                Some(PRIVATE_CALL),
+            ),
             (json!([request("tools/list", json!({}))]), false, None),
         ];
         for (message, extension, expected) in cases {
+            let body = message.to_string();
+            let renamed = serde_json::from_str::<Envelope>(&body)
+                .ok()
+                .and_then(|envelope| private_method(&envelope, extension));
             assert_eq!(
-                private_method(&message, extension),
-                expected,
+                renamed, expected,
                 "{message} (extension declared: {extension})"
             );
         }
     }
 
     #[test]
+    fn a_method_spelled_with_escapes_is_read_as_its_name() {
+        let body = r#"{"jsonrpc": "2.0", "id": 1, "method": "tools\/list"}"#;
+        let envelope = serde_json::from_str::<Envelope>(body).unwrap();
+        assert_eq!(private_method(&envelope, false), Some(PRIVATE_LIST_TOOLS));
+    }
+
+    #[test]
     fn the_extension_counts_when_declared_in_the_request_meta() {
+        let declares = |message: Value| {
+            let body = message.to_string();
+            let envelope = serde_json::from_str::<Envelope>(&body).unwrap();
+            assert!(envelope.extension_matters(), "{message}");
+            declares_extension_per_request(&envelope)
+        };
         let declaring = |extensions: Value| {
             request(
                 "tasks/get",
@@ -224,19 +296,12 @@ mod tests {
                 }}),
             )
         };
-        assert!(declares_extension_per_request(&declaring(
-            json!({TASKS_EXTENSION_ID: {}})
-        )));
-        assert!(!declares_extension_per_request(&declaring(
-            json!({"example/other": {}})
-        )));
-        assert!(!declares_extension_per_request(&request(
+        assert!(declares(declaring(json!({TASKS_EXTENSION_ID: {}}))));
+        assert!(!declares(declaring(json!({"example/other": {}}))));
+        assert!(!declares(request(
             "tasks/get",
             json!({"taskId": "t", "_meta": {"progressToken": 1}})
         )));
-        assert!(!declares_extension_per_request(&request(
-            "tasks/get",
-            json!({"taskId": "t"})
-        )));
+        assert!(!declares(request("tasks/get", json!({"taskId": "t"}))));
     }
 }
