@@ -228,18 +228,19 @@ async fn an_answer_goes_out_only_once_its_events_are_durable() {
     let stored = rusqlite::Connection::open(&db).unwrap();
     for event in &events {
         let (token, seq) = event.seq();
-        let found: i64 = match event.is_priming() {
-            true => stored.query_row(
+        let found: i64 = if event.is_priming() {
+            stored.query_row(
                 "SELECT count(*) FROM streams WHERE token = ?1 AND next_seq > ?2 \
                  AND session_id = ?3",
                 rusqlite::params![token, seq, session.session_id],
                 |row| row.get(0),
-            ),
-            false => stored.query_row(
+            )
+        } else {
+            stored.query_row(
                 "SELECT count(*) FROM events WHERE token = ?1 AND seq = ?2",
                 rusqlite::params![token, seq],
                 |row| row.get(0),
-            ),
+            )
         }
         .unwrap();
         assert_eq!(found, 1, "event {token}.{seq} was sent but is not stored");

@@ -9,7 +9,7 @@ use std::borrow::Cow;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{Method, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rmcp::model::RequestMetaObject;
@@ -57,19 +57,8 @@ pub async fn adapt_task_requests(
         && let Ok(message) = serde_json::from_slice::<Envelope>(&bytes)
     {
         let declared = message.extension_matters()
-            && (declares_extension_per_request(&message) || {
-                let session = parts
-                    .headers
-                    .get("mcp-session-id")
-                    .and_then(|value| value.to_str().ok());
-                match session {
-                    Some(session) => streams
-                        .session_profile(session)
-                        .await
-                        .is_some_and(|profile| profile.tasks_extension),
-                    None => false,
-                }
-            });
+            && (declares_extension_per_request(&message)
+                || session_declares_extension(&streams, &parts.headers).await);
         if let Some(private) = private_method(&message, declared)
             && let Ok(mut whole) = serde_json::from_slice::<Value>(&bytes)
         {
@@ -158,6 +147,20 @@ fn private_method(message: &Envelope<'_>, tasks_extension: bool) -> Option<&'sta
         "tasks/cancel" if !tasks_extension => Some(PRIVATE_CANCEL),
         _ => None,
     }
+}
+
+/// Whether the request's session declared the extension when it initialized.
+async fn session_declares_extension(streams: &StreamStore, headers: &HeaderMap) -> bool {
+    let Some(session) = headers
+        .get("mcp-session-id")
+        .and_then(|value| value.to_str().ok())
+    else {
+        return false;
+    };
+    streams
+        .session_profile(session)
+        .await
+        .is_some_and(|profile| profile.tasks_extension)
 }
 
 /// Whether a request declares the extension in its own `_meta` client capabilities, as rmcp

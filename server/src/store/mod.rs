@@ -337,7 +337,8 @@ pub trait StreamRepo: Send + Sync {
     /// without a write queue appends before it returns (the default). A backend with one may
     /// leave the stream's first event unstored when it has no message (the priming event, which
     /// nothing replays): the stream's row is then made by the next write that names it, the
-    /// record of its session ([`StreamRepo::queue_stream_session`]) or its next event.
+    /// record of its session ([`StreamRepo::queue_stream_session`]) or its next event, and
+    /// `durable` is not called: there is nothing to wait for.
     async fn queue_event(
         &self,
         event: NewEvent,
