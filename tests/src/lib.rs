@@ -336,6 +336,12 @@ impl Server {
         self.spawn().await;
     }
 
+    /// [`Server::restart`] with `extra_args` in place of those it started with.
+    pub async fn restart_with(&mut self, extra_args: &[&str]) {
+        self.args = extra_args.iter().map(|arg| arg.to_string()).collect();
+        self.restart().await;
+    }
+
     /// Sends SIGTERM and waits (up to `limit`) for the process to exit.
     pub async fn terminate(&mut self, limit: Duration) -> ExitStatus {
         let mut child = self.child.take().expect("a running server");

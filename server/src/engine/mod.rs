@@ -21,7 +21,7 @@ use durable_shared::kinds::ParamError;
 use durable_shared::{CheckpointStats, ServerStats, Steer, TaskInfo, TaskStatus};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use tokio::sync::{OwnedSemaphorePermit, broadcast, watch};
+use tokio::sync::{OwnedSemaphorePermit, broadcast};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -163,8 +163,9 @@ impl EngineBuilder {
         self
     }
 
-    /// Starts the engine and resumes every task that was `pending` or `running` when the
-    /// process last stopped.
+    /// Starts the engine: it runs the tasks started through it, but takes up no work left by a
+    /// previous process or another node until [`Engine::resume_unfinished`], so that whoever
+    /// follows such work (the relay of interrupted calls) can watch it first.
     pub async fn start(
         self,
         store: Store,
@@ -202,25 +203,6 @@ impl EngineBuilder {
                 .run_admitter(shutdown, |queued, slot| admitter.start_worker(queued, slot))
                 .await;
         });
-        let inner = &engine.inner;
-        inner.store.release_stale_leases().await?;
-        // Everything nobody holds, and what this node held before a restart under its id.
-        let claimable = inner
-            .store
-            .claimable_tasks(&inner.claimant, true, usize::MAX >> 1)
-            .await?;
-        if !claimable.is_empty() {
-            tracing::info!(count = claimable.len(), "resuming unfinished tasks");
-        }
-        for (id, kind) in claimable {
-            inner.spawn_worker(id, &kind);
-        }
-        // A backend that other processes write to: leases must be renewed, work they leave
-        // behind looked for, and their changes heard of.
-        if let Some(changes) = inner.store.changes() {
-            inner.tracker.spawn(inner.clone().renew_leases());
-            inner.tracker.spawn(inner.clone().follow_fleet(changes));
-        }
         Ok(engine)
     }
 }
@@ -239,7 +221,7 @@ pub(crate) struct Inner {
     env: Env,
     /// Shared, not cloned, by each receiver: a task's JSON parameters ride in every event.
     events: broadcast::Sender<Arc<TaskEvent>>,
-    /// The latest committed state of each task someone waits on (see [`Engine::watch`]).
+    /// The committed changes of each task someone waits on (see [`Engine::watch`]).
     watchers: Mutex<Watchers>,
     /// Finished tasks, answered without the store (see `finished`).
     finished: finished::Finished,
@@ -271,22 +253,33 @@ pub(crate) struct Queued {
 
 #[derive(Default)]
 struct Watchers {
-    by_task: HashMap<String, watch::Sender<Option<TaskInfo>>>,
+    by_task: HashMap<String, broadcast::Sender<TaskInfo>>,
     /// Size at which watchers nobody holds any more are swept; grows with the live ones, so
     /// sweeping costs amortised O(1) per watch.
     sweep_at: usize,
 }
 
-/// The latest committed state of one task, from [`Engine::watch`].
-pub struct TaskWatch(watch::Receiver<Option<TaskInfo>>);
+/// How many changes of one task a watcher may fall behind before it skips to the oldest still
+/// kept. A relayed call sends each change as a progress notification, so this is how many steps
+/// may commit while it writes one notification before its client misses one.
+const WATCH_BUFFER: usize = 16;
+
+/// The committed changes of one task, from [`Engine::watch`].
+pub struct TaskWatch(broadcast::Receiver<TaskInfo>);
 
 impl TaskWatch {
-    /// Waits for the task's next committed change and returns its state then (changes in
-    /// between are skipped: only the latest counts). `None` once the task has ended (its final
-    /// state was returned before) or the engine is gone: read it from the engine.
+    /// Waits for the task's next committed change and returns its state then: each change in
+    /// order, unless the watcher fell more than [`WATCH_BUFFER`] behind (it then goes on from the
+    /// oldest change kept). `None` once the task has ended (its final state was returned
+    /// before) or the engine is gone: read it from the engine.
     pub async fn changed(&mut self) -> Option<TaskInfo> {
-        self.0.changed().await.ok()?;
-        self.0.borrow_and_update().clone()
+        loop {
+            match self.0.recv().await {
+                Ok(task) => return Some(task),
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
     }
 }
 
@@ -298,9 +291,10 @@ impl Inner {
             let mut watchers = self.watchers.lock().expect("watchers lock");
             let task = &event.task;
             if let Some(watcher) = watchers.by_task.get(&task.task_id) {
-                watcher.send_replace(Some(task.clone()));
+                // An error means nobody holds a watch any more.
+                let unwatched = watcher.send(task.clone()).is_err();
                 // Nothing follows a terminal state; a watcher nobody holds is not needed.
-                if task.status.is_terminal() || watcher.receiver_count() == 0 {
+                if task.status.is_terminal() || unwatched {
                     watchers.by_task.remove(&task.task_id);
                 }
             }
@@ -549,6 +543,30 @@ impl Engine {
         }
     }
 
+    /// Resumes every task that was `pending` or `running` when the process last stopped and,
+    /// on a database other processes write to, starts renewing leases, looking for work they
+    /// leave behind and hearing of their changes. Called once, after [`EngineBuilder::start`].
+    pub async fn resume_unfinished(&self) -> Result<(), EngineError> {
+        let inner = &self.inner;
+        inner.store.release_stale_leases().await?;
+        // Everything nobody holds, and what this node held before a restart under its id.
+        let claimable = inner
+            .store
+            .claimable_tasks(&inner.claimant, true, usize::MAX >> 1)
+            .await?;
+        if !claimable.is_empty() {
+            tracing::info!(count = claimable.len(), "resuming unfinished tasks");
+        }
+        for (id, kind) in claimable {
+            inner.spawn_worker(id, &kind);
+        }
+        if let Some(changes) = inner.store.changes() {
+            inner.tracker.spawn(inner.clone().renew_leases());
+            inner.tracker.spawn(inner.clone().follow_fleet(changes));
+        }
+        Ok(())
+    }
+
     /// Makes `task_id` an MCP task handle of `requester`'s (see [`TaskHandle`]), kept `ttl_ms`
     /// from the task's creation, or at least that long from now if it exists already.
     pub async fn attach_handle(
@@ -622,7 +640,7 @@ impl Engine {
         let receiver = match watchers.by_task.get(task_id) {
             Some(watcher) => watcher.subscribe(),
             None => {
-                let (watcher, receiver) = watch::channel(None);
+                let (watcher, receiver) = broadcast::channel(WATCH_BUFFER);
                 watchers.by_task.insert(task_id.to_owned(), watcher);
                 receiver
             }
@@ -1043,8 +1061,129 @@ pub fn retention_cutoff(now: DateTime<Utc>, retention: Duration) -> DateTime<Utc
 #[cfg(test)]
 mod tests {
     use chrono::TimeZone;
+    use durable_shared::kinds::KindSpec;
+    use serde_json::json;
 
     use super::*;
+
+    const STEPS: u64 = 10;
+
+    /// Counts to its parameter, a step at a time.
+    struct Count;
+
+    impl KindSpec for Count {
+        const NAME: &'static str = "count";
+        const TITLE: &'static str = "Count";
+        const DESCRIPTION: &'static str = "Counts its steps.";
+        const RESULT: &'static str = "the count";
+        type Params = u64;
+        type Output = u64;
+    }
+
+    impl TaskKind for Count {
+        type State = u64;
+
+        fn plan(&self, steps: &u64, _env: &Env) -> Result<Plan<u64>, ParamError> {
+            Ok(Plan {
+                state: 0,
+                total: *steps,
+            })
+        }
+
+        async fn step(
+            &self,
+            steps: &u64,
+            done: &u64,
+            _env: &Env,
+        ) -> Result<Step<u64, u64>, StepError> {
+            let next = done + 1;
+            let message = format!("{next}/{steps}");
+            Ok(if next < *steps {
+                Step::Continue {
+                    state: next,
+                    progress: next,
+                    message,
+                }
+            } else {
+                Step::Done {
+                    state: next,
+                    progress: next,
+                    message,
+                    output: next,
+                }
+            })
+        }
+    }
+
+    /// A task left `pending` by a previous process is taken up by `resume_unfinished`, not by
+    /// `start`, and a watch taken between the two hears each of its changes in order, though
+    /// it is read only after the task has ended (the relay of an interrupted call sends each
+    /// change as a progress notification, and is slower than an unpaced task).
+    #[tokio::test]
+    async fn left_work_waits_for_resume_and_a_watch_hears_every_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("t.db")).unwrap();
+        store
+            .insert_task(NewTask {
+                id: "left".into(),
+                kind: Count::NAME.into(),
+                owner: "test".into(),
+                params: json!(STEPS),
+                total: STEPS,
+                checkpoint: json!(0),
+                exclusive: None,
+                owner_limit: u64::MAX,
+                claim: None,
+            })
+            .await
+            .unwrap();
+        let engine = Engine::builder()
+            .register(Count)
+            .start(
+                store,
+                EngineConfig {
+                    env: Env {
+                        data_dir: dir.path().to_owned(),
+                        time_scale: 0.0,
+                        per_owner: false,
+                    },
+                    max_running: 4,
+                    claimant: Claimant {
+                        node: "test".into(),
+                        ttl: Duration::from_secs(10),
+                    },
+                    max_tasks_per_owner: u64::MAX,
+                },
+                CancellationToken::new(),
+            )
+            .await
+            .unwrap();
+        // Time enough for an engine that took the task up at start to finish it.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut watch = engine.watch("left");
+        let left = engine.get("left").await.unwrap();
+        assert_eq!(
+            (left.status, left.step),
+            (TaskStatus::Pending, 0),
+            "start took up left work"
+        );
+        let mut events = engine.subscribe();
+        engine.resume_unfinished().await.unwrap();
+        tokio::time::timeout(Duration::from_secs(30), async {
+            while !events.recv().await.unwrap().task.status.is_terminal() {}
+        })
+        .await
+        .expect("the resumed task ends");
+        let mut progress = Vec::new();
+        while let Some(task) = tokio::time::timeout(Duration::from_secs(5), watch.changed())
+            .await
+            .expect("the watch ends with the task")
+        {
+            progress.push(task.progress);
+        }
+        progress.dedup();
+        assert_eq!(progress, (0..=STEPS).collect::<Vec<_>>());
+    }
 
     /// Task ids are UUIDv7 of the current millisecond, with random bits that differ every time.
     #[test]

@@ -118,8 +118,8 @@ pub async fn run(
     Ok(())
 }
 
-/// Builds the server of `config` without binding a socket: opens the store, starts the engine
-/// (resuming unfinished tasks), the session sweep and the relay of orphaned calls, all under
+/// Builds the server of `config` without binding a socket: opens the store, starts the engine,
+/// the session sweep and the relay of orphaned calls, then resumes unfinished tasks, all under
 /// `shutdown`, and returns the router that serves them. [`run`] serves it on a listener; the
 /// fuzz targets call it in process.
 pub async fn app(config: &Config, shutdown: &CancellationToken) -> anyhow::Result<App> {
@@ -186,6 +186,11 @@ pub async fn app(config: &Config, shutdown: &CancellationToken) -> anyhow::Resul
         .await
         .context("announcing this process to the other nodes")?;
     relay::relay_orphaned_calls(engine.clone(), streams.clone(), shutdown.child_token()).await;
+    // After the relay watches the tasks of interrupted calls, so that it hears of every step.
+    engine
+        .resume_unfinished()
+        .await
+        .context("resuming unfinished tasks")?;
 
     let router = router(
         config,

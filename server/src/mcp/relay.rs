@@ -20,7 +20,7 @@ use rmcp::model::ServerResult;
 
 use super::as_sent;
 use super::tools::processing_outcome;
-use crate::engine::{Engine, EngineError};
+use crate::engine::{Engine, EngineError, TaskWatch};
 use crate::streams::{BINDING_META_KEY, StreamStore};
 use crate::streams::{CallBinding, NewEvent, StoreError};
 
@@ -49,7 +49,9 @@ pub async fn relay_orphaned_calls(
     });
 }
 
-/// Adopts the calls whose handler died and starts a relay for each.
+/// Adopts the calls whose handler died and starts a relay for each. Each relay watches its
+/// task before this returns: at start-up that is before the engine resumes the task (see
+/// `Engine::resume_unfinished`), so the relay hears of every step the resumed task takes.
 async fn adopt_orphaned_calls(engine: &Engine, streams: &StreamStore) {
     let bindings = match streams.adopt_orphaned_bindings().await {
         Ok(bindings) => bindings,
@@ -58,11 +60,21 @@ async fn adopt_orphaned_calls(engine: &Engine, streams: &StreamStore) {
             return;
         }
     };
-    for binding in bindings {
-        let (engine, streams) = (engine.clone(), streams.clone());
+    let relays = futures::future::join_all(bindings.into_iter().map(|binding| async move {
+        let id = binding.id.clone();
+        Relay::follow(engine.clone(), streams.clone(), binding)
+            .await
+            .inspect_err(|e| {
+                tracing::error!(binding = id, error = %e, "cannot follow an interrupted tool call");
+            })
+            .ok()
+            .flatten()
+    }))
+    .await;
+    for relay in relays.into_iter().flatten() {
         tokio::spawn(async move {
-            let id = binding.id.clone();
-            if let Err(e) = relay(engine, &streams, binding).await {
+            let id = relay.binding.id.clone();
+            if let Err(e) = relay.finish().await {
                 tracing::error!(binding = id, error = %e, "cannot finish an interrupted tool call");
             }
         });
@@ -79,74 +91,113 @@ enum RelayError {
     Json(#[from] serde_json::Error),
 }
 
-async fn relay(
+/// One interrupted call, followed: what its client last heard and its task's changes since.
+struct Relay {
     engine: Engine,
-    streams: &StreamStore,
+    streams: StreamStore,
     binding: CallBinding,
-) -> Result<(), RelayError> {
-    match relay_until_answered(engine, streams, &binding).await {
-        // The call's stream ended (a handler answered it before dying) or went with its
-        // session: nothing is left to say on it.
-        Err(RelayError::Store(StoreError::Refused(crate::streams::Refusal::StreamEnded {
-            ..
-        }))) => {
-            tracing::info!(
-                binding = binding.id,
-                "the interrupted call's stream has ended"
-            );
-            streams.finish_binding(&binding.id).await?;
-            Ok(())
-        }
-        outcome => outcome,
-    }
+    stream_id: String,
+    request_id: Value,
+    token: Value,
+    reported: Option<u64>,
+    watch: TaskWatch,
+    task: TaskInfo,
 }
 
-async fn relay_until_answered(
-    engine: Engine,
-    streams: &StreamStore,
-    binding: &CallBinding,
-) -> Result<(), RelayError> {
-    let Some(stream_id) = binding.stream_id.clone() else {
-        // The call died before its stream's first event went out (which records the call's
-        // id on the stream): no client can have a resumption token for it, and calling again
-        // attaches to the task.
-        streams.finish_binding(&binding.id).await?;
-        return Ok(());
-    };
-    tracing::info!(
-        binding = binding.id,
-        task_id = binding.task_id,
-        "finishing an interrupted tool call"
-    );
-    let request_id: Value = serde_json::from_str(&binding.request_id)?;
-    let token: Value = serde_json::from_str(&binding.progress_token)?;
-    let mut reported = last_reported(streams, &stream_id).await?;
-    // Watch before reading, so no change after the read can be missed.
-    let mut watch = engine.watch(&binding.task_id);
-    let mut task = engine.get(&binding.task_id).await?;
-    loop {
-        if reported.is_none_or(|reported| task.progress > reported) {
-            reported = Some(task.progress);
-            append(
-                streams,
-                &stream_id,
-                progress(&token, &task, &binding.id),
-                false,
-            )
-            .await?;
-        }
-        if let Some(outcome) = processing_outcome(&task) {
-            let result = as_sent(ServerResult::CallToolResult(outcome));
-            let response = json!({"jsonrpc": "2.0", "id": request_id, "result": result});
-            append(streams, &stream_id, response, true).await?;
+impl Relay {
+    /// Starts following `binding`'s task; `None` for a call that has nothing to relay.
+    async fn follow(
+        engine: Engine,
+        streams: StreamStore,
+        binding: CallBinding,
+    ) -> Result<Option<Relay>, RelayError> {
+        let Some(stream_id) = binding.stream_id.clone() else {
+            // The call died before its stream's first event went out (which records the call's
+            // id on the stream): no client can have a resumption token for it, and calling
+            // again attaches to the task.
             streams.finish_binding(&binding.id).await?;
-            return Ok(());
-        }
-        task = match watch.changed().await {
-            Some(task) => task,
-            // Ended: the stored state is the final one.
-            None => engine.get(&binding.task_id).await?,
+            return Ok(None);
         };
+        tracing::info!(
+            binding = binding.id,
+            task_id = binding.task_id,
+            "finishing an interrupted tool call"
+        );
+        let request_id = serde_json::from_str(&binding.request_id)?;
+        let token = serde_json::from_str(&binding.progress_token)?;
+        let reported = last_reported(&streams, &stream_id).await?;
+        // Watch before reading, so no change after the read can be missed.
+        let watch = engine.watch(&binding.task_id);
+        let task = engine.get(&binding.task_id).await?;
+        Ok(Some(Relay {
+            engine,
+            streams,
+            binding,
+            stream_id,
+            request_id,
+            token,
+            reported,
+            watch,
+            task,
+        }))
+    }
+
+    /// Writes the task's further progress and its outcome into the call's stream.
+    async fn finish(self) -> Result<(), RelayError> {
+        let (streams, id) = (self.streams.clone(), self.binding.id.clone());
+        match self.until_answered().await {
+            // The call's stream ended (a handler answered it before dying) or went with its
+            // session: nothing is left to say on it.
+            Err(RelayError::Store(StoreError::Refused(crate::streams::Refusal::StreamEnded {
+                ..
+            }))) => {
+                tracing::info!(binding = id, "the interrupted call's stream has ended");
+                streams.finish_binding(&id).await?;
+                Ok(())
+            }
+            outcome => outcome,
+        }
+    }
+
+    async fn until_answered(mut self) -> Result<(), RelayError> {
+        loop {
+            let task = &self.task;
+            if self
+                .reported
+                .is_none_or(|reported| task.progress > reported)
+            {
+                self.reported = Some(task.progress);
+                let message = progress(&self.token, task, &self.binding.id);
+                self.append(message, false).await?;
+            }
+            if let Some(outcome) = processing_outcome(&self.task) {
+                let result = as_sent(ServerResult::CallToolResult(outcome));
+                let response = json!({"jsonrpc": "2.0", "id": self.request_id, "result": result});
+                self.append(response, true).await?;
+                self.streams.finish_binding(&self.binding.id).await?;
+                return Ok(());
+            }
+            self.task = match self.watch.changed().await {
+                Some(task) => task,
+                // Ended: the stored state is the final one.
+                None => self.engine.get(&self.binding.task_id).await?,
+            };
+        }
+    }
+
+    async fn append(&self, message: Value, finishes: bool) -> Result<(), RelayError> {
+        self.streams
+            .append(NewEvent {
+                stream_id: self.stream_id.clone(),
+                session_id: None,
+                message: Some(message.to_string()),
+                retry_ms: None,
+                finishes,
+                binding: None,
+                opens: false,
+            })
+            .await?;
+        Ok(())
     }
 }
 
@@ -175,24 +226,4 @@ fn progress(token: &Value, task: &TaskInfo, binding: &str) -> Value {
             "_meta": {BINDING_META_KEY: binding},
         },
     })
-}
-
-async fn append(
-    streams: &StreamStore,
-    stream_id: &str,
-    message: Value,
-    finishes: bool,
-) -> Result<(), RelayError> {
-    streams
-        .append(NewEvent {
-            stream_id: stream_id.to_owned(),
-            session_id: None,
-            message: Some(message.to_string()),
-            retry_ms: None,
-            finishes,
-            binding: None,
-            opens: false,
-        })
-        .await?;
-    Ok(())
 }
