@@ -141,7 +141,7 @@ fn bench_node() -> Claimant {
 
 async fn engine_steps(dir: &std::path::Path) -> f64 {
     let store = Store::open(&dir.join("engine.db")).unwrap();
-    let engine = Engine::builder()
+    let (engine, _) = Engine::builder()
         .register(Count)
         .start(
             store,

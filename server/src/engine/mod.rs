@@ -163,15 +163,15 @@ impl EngineBuilder {
         self
     }
 
-    /// Starts the engine: it runs the tasks started through it, but takes up no work left by a
-    /// previous process or another node until [`Engine::resume_unfinished`], so that whoever
-    /// follows such work (the relay of interrupted calls) can watch it first.
+    /// Starts the engine: it runs the tasks started through it, but takes up the work a
+    /// previous process or another node left only when [`LeftWork::resume`] is called, so that
+    /// whoever follows such work (the relay of interrupted calls) can watch it first.
     pub async fn start(
         self,
         store: Store,
         config: EngineConfig,
         shutdown: CancellationToken,
-    ) -> Result<Engine, EngineError> {
+    ) -> Result<(Engine, LeftWork), EngineError> {
         let secret = store.server_secret().await?;
         let (events, _) = broadcast::channel(EVENT_BUFFER);
         let mut kind_infos: Vec<KindInfo> = self.kinds.values().map(|kind| kind.info()).collect();
@@ -203,7 +203,50 @@ impl EngineBuilder {
                 .run_admitter(shutdown, |queued, slot| admitter.start_worker(queued, slot))
                 .await;
         });
-        Ok(engine)
+        // Heard from now on, though followed only once the left work is resumed: a change
+        // another node commits meanwhile still reaches this node's watchers.
+        let changes = engine.inner.store.changes();
+        let left = LeftWork {
+            inner: engine.inner.clone(),
+            changes,
+        };
+        Ok((engine, left))
+    }
+}
+
+/// The work a previous process or other nodes left unfinished, which a started engine takes up
+/// only when told to (see [`EngineBuilder::start`]).
+#[must_use = "the engine takes up no work left unfinished until `resume`"]
+pub struct LeftWork {
+    inner: Arc<Inner>,
+    /// What other nodes sharing the database committed since the engine started (`None` on a
+    /// database only this process writes).
+    changes: Option<broadcast::Receiver<Change>>,
+}
+
+impl LeftWork {
+    /// Resumes every task that was `pending` or `running` when the process last stopped and,
+    /// on a database other processes write to, starts renewing leases, looking for work they
+    /// leave behind and hearing of their changes.
+    pub async fn resume(self) -> Result<(), EngineError> {
+        let inner = &self.inner;
+        inner.store.release_stale_leases().await?;
+        // Everything nobody holds, and what this node held before a restart under its id.
+        let claimable = inner
+            .store
+            .claimable_tasks(&inner.claimant, true, usize::MAX >> 1)
+            .await?;
+        if !claimable.is_empty() {
+            tracing::info!(count = claimable.len(), "resuming unfinished tasks");
+        }
+        for (id, kind) in claimable {
+            inner.spawn_worker(id, &kind);
+        }
+        if let Some(changes) = self.changes {
+            inner.tracker.spawn(inner.clone().renew_leases());
+            inner.tracker.spawn(inner.clone().follow_fleet(changes));
+        }
+        Ok(())
     }
 }
 
@@ -541,30 +584,6 @@ impl Engine {
         EngineBuilder {
             kinds: HashMap::new(),
         }
-    }
-
-    /// Resumes every task that was `pending` or `running` when the process last stopped and,
-    /// on a database other processes write to, starts renewing leases, looking for work they
-    /// leave behind and hearing of their changes. Called once, after [`EngineBuilder::start`].
-    pub async fn resume_unfinished(&self) -> Result<(), EngineError> {
-        let inner = &self.inner;
-        inner.store.release_stale_leases().await?;
-        // Everything nobody holds, and what this node held before a restart under its id.
-        let claimable = inner
-            .store
-            .claimable_tasks(&inner.claimant, true, usize::MAX >> 1)
-            .await?;
-        if !claimable.is_empty() {
-            tracing::info!(count = claimable.len(), "resuming unfinished tasks");
-        }
-        for (id, kind) in claimable {
-            inner.spawn_worker(id, &kind);
-        }
-        if let Some(changes) = inner.store.changes() {
-            inner.tracker.spawn(inner.clone().renew_leases());
-            inner.tracker.spawn(inner.clone().follow_fleet(changes));
-        }
-        Ok(())
     }
 
     /// Makes `task_id` an MCP task handle of `requester`'s (see [`TaskHandle`]), kept `ttl_ms`
@@ -1115,7 +1134,7 @@ mod tests {
         }
     }
 
-    /// A task left `pending` by a previous process is taken up by `resume_unfinished`, not by
+    /// A task left `pending` by a previous process is taken up by `LeftWork::resume`, not by
     /// `start`, and a watch taken between the two hears each of its changes in order, though
     /// it is read only after the task has ended (the relay of an interrupted call sends each
     /// change as a progress notification, and is slower than an unpaced task).
@@ -1137,7 +1156,7 @@ mod tests {
             })
             .await
             .unwrap();
-        let engine = Engine::builder()
+        let (engine, left_work) = Engine::builder()
             .register(Count)
             .start(
                 store,
@@ -1168,7 +1187,7 @@ mod tests {
             "start took up left work"
         );
         let mut events = engine.subscribe();
-        engine.resume_unfinished().await.unwrap();
+        left_work.resume().await.unwrap();
         tokio::time::timeout(Duration::from_secs(30), async {
             while !events.recv().await.unwrap().task.status.is_terminal() {}
         })
@@ -1183,6 +1202,94 @@ mod tests {
         }
         progress.dedup();
         assert_eq!(progress, (0..=STEPS).collect::<Vec<_>>());
+    }
+
+    /// On a shared database, what another node commits after this engine started and before it
+    /// resumed the left work still reaches a watch taken meanwhile (a relay of an interrupted
+    /// call watches then, and waits on the task's end, which another node may commit).
+    #[tokio::test]
+    async fn another_nodes_change_before_resume_reaches_a_watch() {
+        use crate::store::postgres::scratch::{ScratchDatabase, TEST_SERVER_VAR};
+        use crate::store::{Database, StepCommit};
+
+        let Some(scratch) = ScratchDatabase::from_env().await else {
+            eprintln!("skipped: {TEST_SERVER_VAR} names no PostgreSQL server");
+            return;
+        };
+        let scratch = scratch.unwrap();
+        let database = Database::Postgres(scratch.url().to_owned());
+        let claimant = |node: &str| Claimant {
+            node: node.into(),
+            ttl: Duration::from_secs(10),
+        };
+        let other = Store::connect(&database, "other").await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (engine, left_work) = Engine::builder()
+            .register(Count)
+            .start(
+                Store::connect(&database, "this").await.unwrap(),
+                EngineConfig {
+                    env: Env {
+                        data_dir: dir.path().to_owned(),
+                        time_scale: 0.0,
+                        per_owner: false,
+                    },
+                    max_running: 4,
+                    claimant: claimant("this"),
+                    max_tasks_per_owner: u64::MAX,
+                },
+                CancellationToken::new(),
+            )
+            .await
+            .unwrap();
+        other
+            .insert_task(NewTask {
+                id: "elsewhere".into(),
+                kind: Count::NAME.into(),
+                owner: "test".into(),
+                params: json!(STEPS),
+                total: STEPS,
+                checkpoint: json!(0),
+                exclusive: None,
+                owner_limit: u64::MAX,
+                claim: None,
+            })
+            .await
+            .unwrap();
+        let mut watch = engine.watch("elsewhere");
+        let claimed = other
+            .claim_task("elsewhere", &claimant("other"))
+            .await
+            .unwrap()
+            .expect("the other node claims the task");
+        other
+            .commit_step(StepCommit {
+                task: claimed.info,
+                lease: claimed.lease,
+                step: 1,
+                checkpoint: "1".into(),
+                progress: 1,
+                message: "1/10".into(),
+                result: None,
+                question: None,
+            })
+            .await
+            .unwrap()
+            .expect("the other node commits its step");
+        // Time enough for the database to tell this node of both changes before it resumes.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        left_work.resume().await.unwrap();
+        let heard = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                let task = watch.changed().await.expect("the task goes on");
+                if task.progress == 1 {
+                    return task;
+                }
+            }
+        })
+        .await
+        .expect("the other node's step reaches the watch");
+        assert_eq!(heard.node.as_deref(), Some("other"));
     }
 
     /// Task ids are UUIDv7 of the current millisecond, with random bits that differ every time.

@@ -139,7 +139,7 @@ pub async fn app(config: &Config, shutdown: &CancellationToken) -> anyhow::Resul
     let store = Store::connect(&config.database, &config.node_id)
         .await
         .with_context(|| format!("opening the {}", config.database))?;
-    let engine = kinds::register_all(Engine::builder())
+    let (engine, left_work) = kinds::register_all(Engine::builder())
         .start(
             store.clone(),
             EngineConfig {
@@ -187,8 +187,8 @@ pub async fn app(config: &Config, shutdown: &CancellationToken) -> anyhow::Resul
         .context("announcing this process to the other nodes")?;
     relay::relay_orphaned_calls(engine.clone(), streams.clone(), shutdown.child_token()).await;
     // After the relay watches the tasks of interrupted calls, so that it hears of every step.
-    engine
-        .resume_unfinished()
+    left_work
+        .resume()
         .await
         .context("resuming unfinished tasks")?;
 

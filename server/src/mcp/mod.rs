@@ -758,7 +758,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("t.db")).unwrap();
         let shutdown = CancellationToken::new();
-        let engine = Engine::builder()
+        let (engine, _) = Engine::builder()
             .register(Echo)
             .start(
                 store.clone(),

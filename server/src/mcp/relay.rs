@@ -51,7 +51,7 @@ pub async fn relay_orphaned_calls(
 
 /// Adopts the calls whose handler died and starts a relay for each. Each relay watches its
 /// task before this returns: at start-up that is before the engine resumes the task (see
-/// `Engine::resume_unfinished`), so the relay hears of every step the resumed task takes.
+/// `LeftWork::resume`), so the relay hears of every step the resumed task takes.
 async fn adopt_orphaned_calls(engine: &Engine, streams: &StreamStore) {
     let bindings = match streams.adopt_orphaned_bindings().await {
         Ok(bindings) => bindings,
