@@ -11,9 +11,10 @@
 
 use std::time::{Duration, Instant};
 
-use durable_mcp_server::engine::{Engine, EngineConfig, Env, Plan, Step, StepError, TaskKind};
+use durable_mcp_server::engine::count::Count;
+use durable_mcp_server::engine::{Engine, EngineConfig, Env};
 use durable_mcp_server::store::{Claimant, NewTask, StepCommit, Store};
-use durable_shared::kinds::{KindSpec, ParamError};
+use durable_shared::kinds::KindSpec;
 use serde_json::{Value, json};
 use support::{Session, serve};
 use tokio_util::sync::CancellationToken;
@@ -24,48 +25,6 @@ const STEPS_PER_TASK: u64 = 200;
 const CONCURRENT_TASKS: u64 = 64;
 const BARE_COMMITS: u64 = 2_000;
 const CALLS: usize = 300;
-
-/// A kind whose steps do nothing but count: what is left is the engine's own cost.
-struct Count;
-
-impl KindSpec for Count {
-    const NAME: &'static str = "count";
-    const TITLE: &'static str = "Count";
-    const DESCRIPTION: &'static str = "Counts its steps.";
-    const RESULT: &'static str = "the count";
-    type Params = u64;
-    type Output = u64;
-}
-
-impl TaskKind for Count {
-    type State = u64;
-
-    fn plan(&self, steps: &u64, _env: &Env) -> Result<Plan<u64>, ParamError> {
-        Ok(Plan {
-            state: 0,
-            total: *steps,
-        })
-    }
-
-    async fn step(&self, steps: &u64, done: &u64, _env: &Env) -> Result<Step<u64, u64>, StepError> {
-        let next = done + 1;
-        let message = format!("{next}/{steps}");
-        if next < *steps {
-            Ok(Step::Continue {
-                state: next,
-                progress: next,
-                message,
-            })
-        } else {
-            Ok(Step::Done {
-                state: next,
-                progress: next,
-                message,
-                output: next,
-            })
-        }
-    }
-}
 
 fn bare_rusqlite(path: &std::path::Path) -> f64 {
     let conn = rusqlite::Connection::open(path).unwrap();
@@ -94,7 +53,7 @@ async fn store_commits(store: &Store, tasks: u64) -> f64 {
         store
             .insert_task(NewTask {
                 id: id.clone(),
-                kind: "count".into(),
+                kind: Count::NAME.into(),
                 owner: "bench".into(),
                 params: json!(STEPS_PER_TASK),
                 total: STEPS_PER_TASK,
@@ -163,7 +122,7 @@ async fn engine_steps(dir: &std::path::Path) -> f64 {
     let started = Instant::now();
     for _ in 0..CONCURRENT_TASKS {
         engine
-            .start("count", "bench", json!(STEPS_PER_TASK))
+            .start(Count::NAME, "bench", json!(STEPS_PER_TASK))
             .await
             .unwrap();
     }

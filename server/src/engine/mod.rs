@@ -5,6 +5,7 @@
 //! commits; the MCP layer turns those into notifications. Every event is published only after
 //! the change it describes is durable.
 
+pub mod count;
 mod finished;
 mod kind;
 mod runner;
@@ -1083,54 +1084,52 @@ mod tests {
     use durable_shared::kinds::KindSpec;
     use serde_json::json;
 
+    use super::count::Count;
     use super::*;
 
     const STEPS: u64 = 10;
 
-    /// Counts to its parameter, a step at a time.
-    struct Count;
-
-    impl KindSpec for Count {
-        const NAME: &'static str = "count";
-        const TITLE: &'static str = "Count";
-        const DESCRIPTION: &'static str = "Counts its steps.";
-        const RESULT: &'static str = "the count";
-        type Params = u64;
-        type Output = u64;
+    /// A pending `Count` task to `STEPS`, as a previous process or another node leaves one.
+    fn left_task(id: &str) -> NewTask {
+        NewTask {
+            id: id.into(),
+            kind: Count::NAME.into(),
+            owner: "test".into(),
+            params: json!(STEPS),
+            total: STEPS,
+            checkpoint: json!(0),
+            exclusive: None,
+            owner_limit: u64::MAX,
+            claim: None,
+        }
     }
 
-    impl TaskKind for Count {
-        type State = u64;
+    /// An engine of `Count` tasks on `store`, as node `node`, with its left work to resume.
+    async fn count_engine(store: Store, dir: &std::path::Path, node: &str) -> (Engine, LeftWork) {
+        Engine::builder()
+            .register(Count)
+            .start(
+                store,
+                EngineConfig {
+                    env: Env {
+                        data_dir: dir.to_owned(),
+                        time_scale: 0.0,
+                        per_owner: false,
+                    },
+                    max_running: 4,
+                    claimant: claimant(node),
+                    max_tasks_per_owner: u64::MAX,
+                },
+                CancellationToken::new(),
+            )
+            .await
+            .unwrap()
+    }
 
-        fn plan(&self, steps: &u64, _env: &Env) -> Result<Plan<u64>, ParamError> {
-            Ok(Plan {
-                state: 0,
-                total: *steps,
-            })
-        }
-
-        async fn step(
-            &self,
-            steps: &u64,
-            done: &u64,
-            _env: &Env,
-        ) -> Result<Step<u64, u64>, StepError> {
-            let next = done + 1;
-            let message = format!("{next}/{steps}");
-            Ok(if next < *steps {
-                Step::Continue {
-                    state: next,
-                    progress: next,
-                    message,
-                }
-            } else {
-                Step::Done {
-                    state: next,
-                    progress: next,
-                    message,
-                    output: next,
-                }
-            })
+    fn claimant(node: &str) -> Claimant {
+        Claimant {
+            node: node.into(),
+            ttl: Duration::from_secs(10),
         }
     }
 
@@ -1142,43 +1141,13 @@ mod tests {
     async fn left_work_waits_for_resume_and_a_watch_hears_every_change() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("t.db")).unwrap();
-        store
-            .insert_task(NewTask {
-                id: "left".into(),
-                kind: Count::NAME.into(),
-                owner: "test".into(),
-                params: json!(STEPS),
-                total: STEPS,
-                checkpoint: json!(0),
-                exclusive: None,
-                owner_limit: u64::MAX,
-                claim: None,
-            })
-            .await
-            .unwrap();
-        let (engine, left_work) = Engine::builder()
-            .register(Count)
-            .start(
-                store,
-                EngineConfig {
-                    env: Env {
-                        data_dir: dir.path().to_owned(),
-                        time_scale: 0.0,
-                        per_owner: false,
-                    },
-                    max_running: 4,
-                    claimant: Claimant {
-                        node: "test".into(),
-                        ttl: Duration::from_secs(10),
-                    },
-                    max_tasks_per_owner: u64::MAX,
-                },
-                CancellationToken::new(),
-            )
-            .await
-            .unwrap();
-        // Time enough for an engine that took the task up at start to finish it.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        store.insert_task(left_task("left")).await.unwrap();
+        let (engine, left_work) = count_engine(store, dir.path(), "test").await;
+        // An engine that took the task up at start has its worker in the table by now.
+        assert!(
+            !engine.inner.workers.lock().unwrap().contains_key("left"),
+            "start took up left work"
+        );
         let mut watch = engine.watch("left");
         let left = engine.get("left").await.unwrap();
         assert_eq!(
@@ -1218,50 +1187,36 @@ mod tests {
         };
         let scratch = scratch.unwrap();
         let database = Database::Postgres(scratch.url().to_owned());
-        let claimant = |node: &str| Claimant {
-            node: node.into(),
-            ttl: Duration::from_secs(10),
-        };
         let other = Store::connect(&database, "other").await.unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let (engine, left_work) = Engine::builder()
-            .register(Count)
-            .start(
-                Store::connect(&database, "this").await.unwrap(),
-                EngineConfig {
-                    env: Env {
-                        data_dir: dir.path().to_owned(),
-                        time_scale: 0.0,
-                        per_owner: false,
-                    },
-                    max_running: 4,
-                    claimant: claimant("this"),
-                    max_tasks_per_owner: u64::MAX,
-                },
-                CancellationToken::new(),
-            )
-            .await
-            .unwrap();
-        other
-            .insert_task(NewTask {
-                id: "elsewhere".into(),
-                kind: Count::NAME.into(),
-                owner: "test".into(),
-                params: json!(STEPS),
-                total: STEPS,
-                checkpoint: json!(0),
-                exclusive: None,
-                owner_limit: u64::MAX,
-                claim: None,
-            })
-            .await
-            .unwrap();
-        let mut watch = engine.watch("elsewhere");
+        // Stored and claimed before this node listens: it hears of the step below alone.
+        other.insert_task(left_task("elsewhere")).await.unwrap();
         let claimed = other
             .claim_task("elsewhere", &claimant("other"))
             .await
             .unwrap()
             .expect("the other node claims the task");
+        let dir = tempfile::tempdir().unwrap();
+        let this = Store::connect(&database, "this").await.unwrap();
+        let (engine, left_work) = count_engine(this, dir.path(), "this").await;
+        let mut watch = engine.watch("elsewhere");
+        let mut heard = engine.fleet_changes().expect("a shared database");
+        // This node listens from a connection it sets up in the background, and PostgreSQL
+        // tells it only of what is committed after: the other node stores tasks until this
+        // one hears of one.
+        tokio::time::timeout(Duration::from_secs(10), async {
+            for probe in 0.. {
+                other
+                    .insert_task(left_task(&format!("probe-{probe}")))
+                    .await
+                    .unwrap();
+                let wait = tokio::time::timeout(Duration::from_millis(100), heard.recv());
+                if wait.await.is_ok() {
+                    return;
+                }
+            }
+        })
+        .await
+        .expect("this node hears the other's changes");
         other
             .commit_step(StepCommit {
                 task: claimed.info,
@@ -1276,10 +1231,13 @@ mod tests {
             .await
             .unwrap()
             .expect("the other node commits its step");
-        // Time enough for the database to tell this node of both changes before it resumes.
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while !matches!(heard.recv().await, Ok(Change::Task { id }) if id == "elsewhere") {}
+        })
+        .await
+        .expect("this node hears of the step");
         left_work.resume().await.unwrap();
-        let heard = tokio::time::timeout(Duration::from_secs(10), async {
+        let stepped = tokio::time::timeout(Duration::from_secs(10), async {
             loop {
                 let task = watch.changed().await.expect("the task goes on");
                 if task.progress == 1 {
@@ -1289,7 +1247,7 @@ mod tests {
         })
         .await
         .expect("the other node's step reaches the watch");
-        assert_eq!(heard.node.as_deref(), Some("other"));
+        assert_eq!(stepped.node.as_deref(), Some("other"));
     }
 
     /// Task ids are UUIDv7 of the current millisecond, with random bits that differ every time.

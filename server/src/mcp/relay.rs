@@ -73,7 +73,7 @@ async fn adopt_orphaned_calls(engine: &Engine, streams: &StreamStore) {
     .await;
     for relay in relays.into_iter().flatten() {
         tokio::spawn(async move {
-            let id = relay.binding.id.clone();
+            let id = relay.id.clone();
             if let Err(e) = relay.finish().await {
                 tracing::error!(binding = id, error = %e, "cannot finish an interrupted tool call");
             }
@@ -95,7 +95,9 @@ enum RelayError {
 struct Relay {
     engine: Engine,
     streams: StreamStore,
-    binding: CallBinding,
+    /// The call's binding.
+    id: String,
+    task_id: String,
     stream_id: String,
     request_id: Value,
     token: Value,
@@ -111,28 +113,33 @@ impl Relay {
         streams: StreamStore,
         binding: CallBinding,
     ) -> Result<Option<Relay>, RelayError> {
-        let Some(stream_id) = binding.stream_id.clone() else {
+        let CallBinding {
+            id,
+            task_id,
+            request_id,
+            progress_token,
+            stream_id,
+            ..
+        } = binding;
+        let Some(stream_id) = stream_id else {
             // The call died before its stream's first event went out (which records the call's
             // id on the stream): no client can have a resumption token for it, and calling
             // again attaches to the task.
-            streams.finish_binding(&binding.id).await?;
+            streams.finish_binding(&id).await?;
             return Ok(None);
         };
-        tracing::info!(
-            binding = binding.id,
-            task_id = binding.task_id,
-            "finishing an interrupted tool call"
-        );
-        let request_id = serde_json::from_str(&binding.request_id)?;
-        let token = serde_json::from_str(&binding.progress_token)?;
+        tracing::info!(binding = id, task_id, "finishing an interrupted tool call");
+        let request_id = serde_json::from_str(&request_id)?;
+        let token = serde_json::from_str(&progress_token)?;
         let reported = last_reported(&streams, &stream_id).await?;
         // Watch before reading, so no change after the read can be missed.
-        let watch = engine.watch(&binding.task_id);
-        let task = engine.get(&binding.task_id).await?;
+        let watch = engine.watch(&task_id);
+        let task = engine.get(&task_id).await?;
         Ok(Some(Relay {
             engine,
             streams,
-            binding,
+            id,
+            task_id,
             stream_id,
             request_id,
             token,
@@ -143,23 +150,22 @@ impl Relay {
     }
 
     /// Writes the task's further progress and its outcome into the call's stream.
-    async fn finish(self) -> Result<(), RelayError> {
-        let (streams, id) = (self.streams.clone(), self.binding.id.clone());
+    async fn finish(mut self) -> Result<(), RelayError> {
         match self.until_answered().await {
             // The call's stream ended (a handler answered it before dying) or went with its
             // session: nothing is left to say on it.
             Err(RelayError::Store(StoreError::Refused(crate::streams::Refusal::StreamEnded {
                 ..
             }))) => {
-                tracing::info!(binding = id, "the interrupted call's stream has ended");
-                streams.finish_binding(&id).await?;
+                tracing::info!(binding = self.id, "the interrupted call's stream has ended");
+                self.streams.finish_binding(&self.id).await?;
                 Ok(())
             }
             outcome => outcome,
         }
     }
 
-    async fn until_answered(mut self) -> Result<(), RelayError> {
+    async fn until_answered(&mut self) -> Result<(), RelayError> {
         loop {
             let task = &self.task;
             if self
@@ -167,20 +173,20 @@ impl Relay {
                 .is_none_or(|reported| task.progress > reported)
             {
                 self.reported = Some(task.progress);
-                let message = progress(&self.token, task, &self.binding.id);
+                let message = progress(&self.token, task, &self.id);
                 self.append(message, false).await?;
             }
             if let Some(outcome) = processing_outcome(&self.task) {
                 let result = as_sent(ServerResult::CallToolResult(outcome));
                 let response = json!({"jsonrpc": "2.0", "id": self.request_id, "result": result});
                 self.append(response, true).await?;
-                self.streams.finish_binding(&self.binding.id).await?;
+                self.streams.finish_binding(&self.id).await?;
                 return Ok(());
             }
             self.task = match self.watch.changed().await {
                 Some(task) => task,
                 // Ended: the stored state is the final one.
-                None => self.engine.get(&self.binding.task_id).await?,
+                None => self.engine.get(&self.task_id).await?,
             };
         }
     }
