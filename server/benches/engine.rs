@@ -11,13 +11,11 @@
 
 use std::time::{Duration, Instant};
 
-use durable_mcp_server::engine::count::Count;
-use durable_mcp_server::engine::{Engine, EngineConfig, Env};
-use durable_mcp_server::store::{Claimant, NewTask, StepCommit, Store};
+use durable_mcp_server::engine::count::{Count, CountTo};
+use durable_mcp_server::store::{Claimant, StepCommit, Store};
 use durable_shared::kinds::KindSpec;
 use serde_json::{Value, json};
 use support::{Session, serve};
-use tokio_util::sync::CancellationToken;
 
 mod support;
 
@@ -51,17 +49,7 @@ async fn store_commits(store: &Store, tasks: u64) -> f64 {
     for i in 0..tasks {
         let id = format!("store-{tasks}-{i}");
         store
-            .insert_task(NewTask {
-                id: id.clone(),
-                kind: Count::NAME.into(),
-                owner: "bench".into(),
-                params: json!(STEPS_PER_TASK),
-                total: STEPS_PER_TASK,
-                checkpoint: json!(0),
-                exclusive: None,
-                owner_limit: u64::MAX,
-                claim: None,
-            })
+            .insert_task(Count::task(&id, "bench", STEPS_PER_TASK))
             .await
             .unwrap();
         let claimed = store.claim_task(&id, &bench_node()).await.unwrap().unwrap();
@@ -100,29 +88,20 @@ fn bench_node() -> Claimant {
 
 async fn engine_steps(dir: &std::path::Path) -> f64 {
     let store = Store::open(&dir.join("engine.db")).unwrap();
-    let (engine, _) = Engine::builder()
-        .register(Count)
-        .start(
-            store,
-            EngineConfig {
-                env: Env {
-                    data_dir: dir.to_owned(),
-                    time_scale: 0.0,
-                    per_owner: false,
-                },
-                max_running: CONCURRENT_TASKS as usize,
-                claimant: bench_node(),
-                max_tasks_per_owner: u64::MAX,
-            },
-            CancellationToken::new(),
-        )
+    let (engine, _) = Count::engine(store, dir, bench_node(), CONCURRENT_TASKS as usize)
         .await
         .unwrap();
     let mut events = engine.subscribe();
     let started = Instant::now();
     for _ in 0..CONCURRENT_TASKS {
         engine
-            .start(Count::NAME, "bench", json!(STEPS_PER_TASK))
+            .start(
+                Count::NAME,
+                "bench",
+                json!(CountTo {
+                    steps: STEPS_PER_TASK
+                }),
+            )
             .await
             .unwrap();
     }

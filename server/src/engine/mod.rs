@@ -1081,8 +1081,6 @@ pub fn retention_cutoff(now: DateTime<Utc>, retention: Duration) -> DateTime<Utc
 #[cfg(test)]
 mod tests {
     use chrono::TimeZone;
-    use durable_shared::kinds::KindSpec;
-    use serde_json::json;
 
     use super::count::Count;
     use super::*;
@@ -1091,39 +1089,12 @@ mod tests {
 
     /// A pending `Count` task to `STEPS`, as a previous process or another node leaves one.
     fn left_task(id: &str) -> NewTask {
-        NewTask {
-            id: id.into(),
-            kind: Count::NAME.into(),
-            owner: "test".into(),
-            params: json!(STEPS),
-            total: STEPS,
-            checkpoint: json!(0),
-            exclusive: None,
-            owner_limit: u64::MAX,
-            claim: None,
-        }
+        Count::task(id, "test", STEPS)
     }
 
     /// An engine of `Count` tasks on `store`, as node `node`, with its left work to resume.
     async fn count_engine(store: Store, dir: &std::path::Path, node: &str) -> (Engine, LeftWork) {
-        Engine::builder()
-            .register(Count)
-            .start(
-                store,
-                EngineConfig {
-                    env: Env {
-                        data_dir: dir.to_owned(),
-                        time_scale: 0.0,
-                        per_owner: false,
-                    },
-                    max_running: 4,
-                    claimant: claimant(node),
-                    max_tasks_per_owner: u64::MAX,
-                },
-                CancellationToken::new(),
-            )
-            .await
-            .unwrap()
+        Count::engine(store, dir, claimant(node), 4).await.unwrap()
     }
 
     fn claimant(node: &str) -> Claimant {
@@ -1169,7 +1140,6 @@ mod tests {
         {
             progress.push(task.progress);
         }
-        progress.dedup();
         assert_eq!(progress, (0..=STEPS).collect::<Vec<_>>());
     }
 
