@@ -116,7 +116,8 @@ pub struct ServeArgs {
     pub retention_interval: Duration,
 
     /// Tasks doing work at the same time; further ones wait as `pending`, in order. A task whose
-    /// step waits (I/O, a simulated delay) lends its slot to another while it waits, so this
+    /// step waits (I/O, a simulated delay) lends its slot to another while it waits, and one
+    /// that has finished its last step waits for that step's commit without one, so this
     /// bounds CPU and database work, not how many tasks make progress: thousands of mostly
     /// waiting tasks all advance. 32 keeps a small machine's cores and the single SQLite writer
     /// busy without letting a burst of compute-heavy tasks starve requests.

@@ -39,15 +39,27 @@ impl Count {
         }
     }
 
-    /// An engine of this kind alone on `store`, as `claimant`, its steps unpaced, advancing
-    /// `max_running` tasks at once and no limit on any owner's.
+    /// An engine of this kind alone on `store`, with [`Count::config`].
     pub async fn engine(
         store: Store,
         data_dir: &Path,
         claimant: Claimant,
         max_running: usize,
     ) -> Result<(Engine, LeftWork), EngineError> {
-        let config = EngineConfig {
+        Engine::builder()
+            .register(Count)
+            .start(
+                store,
+                Count::config(data_dir, claimant, max_running),
+                CancellationToken::new(),
+            )
+            .await
+    }
+
+    /// The engine's settings for tests and benchmarks: as `claimant`, steps unpaced,
+    /// `max_running` tasks advancing at once and no limit on any owner's.
+    pub fn config(data_dir: &Path, claimant: Claimant, max_running: usize) -> EngineConfig {
+        EngineConfig {
             env: Env {
                 data_dir: data_dir.to_owned(),
                 time_scale: 0.0,
@@ -56,11 +68,7 @@ impl Count {
             max_running,
             claimant,
             max_tasks_per_owner: u64::MAX,
-        };
-        Engine::builder()
-            .register(Count)
-            .start(store, config, CancellationToken::new())
-            .await
+        }
     }
 }
 

@@ -1220,6 +1220,102 @@ mod tests {
         assert_eq!(stepped.node.as_deref(), Some("other"));
     }
 
+    /// A kind of one step, which waits inside it until the test lets it finish.
+    #[derive(Clone, Default)]
+    struct Gate {
+        stepping: Arc<tokio::sync::Notify>,
+        finish: Arc<tokio::sync::Notify>,
+    }
+
+    impl durable_shared::kinds::KindSpec for Gate {
+        const NAME: &'static str = "gate";
+        const TITLE: &'static str = "Gate";
+        const DESCRIPTION: &'static str = "Steps once, when the test lets it.";
+        const RESULT: &'static str = "nothing";
+        type Params = count::CountTo;
+        type Output = u64;
+    }
+
+    impl TaskKind for Gate {
+        type State = u64;
+
+        fn plan(&self, _: &count::CountTo, _: &Env) -> Result<Plan<u64>, ParamError> {
+            Ok(Plan { state: 0, total: 1 })
+        }
+
+        async fn step(
+            &self,
+            _: &count::CountTo,
+            _: &u64,
+            _: &Env,
+        ) -> Result<Step<u64, u64>, StepError> {
+            self.stepping.notify_one();
+            self.finish.notified().await;
+            Ok(Step::Done {
+                state: 1,
+                progress: 1,
+                message: "done".into(),
+                output: 1,
+            })
+        }
+    }
+
+    /// A task's last commit holds no running slot: with one slot, while a finishing task's
+    /// commit waits (another connection holds the database's write lock), the slot is free for
+    /// the next task, and the task still running.
+    #[tokio::test]
+    async fn a_last_commit_waits_without_a_running_slot() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let gate = Gate::default();
+        let (engine, left_work) = Engine::builder()
+            .register(gate.clone())
+            .start(
+                Store::open(&path).unwrap(),
+                Count::config(dir.path(), claimant("test"), 1),
+                CancellationToken::new(),
+            )
+            .await
+            .unwrap();
+        left_work.resume().await.unwrap();
+        let slots = engine.inner.queue.slots().clone();
+        let task = engine
+            .start("gate", "test", serde_json::json!({"steps": 1}))
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(10), gate.stepping.notified())
+            .await
+            .expect("the task steps");
+        assert_eq!(slots.available_permits(), 0, "the step holds the only slot");
+        let locker = rusqlite::Connection::open(&path).unwrap();
+        locker.execute_batch("BEGIN IMMEDIATE").unwrap();
+        gate.finish.notify_one();
+        // Well within the writer's wait for the lock: after it, the commit fails and the
+        // worker, waiting to claim the task again, lends its slot all the same.
+        tokio::time::timeout(Duration::from_secs(2), async {
+            while slots.available_permits() == 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the slot is free while the last commit waits");
+        let waiting = engine.get(&task.task_id).await.unwrap();
+        assert_eq!(
+            waiting.status,
+            TaskStatus::Running,
+            "committed under the lock"
+        );
+        let mut events = engine.subscribe();
+        locker.execute_batch("ROLLBACK").unwrap();
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while !events.recv().await.unwrap().task.status.is_terminal() {}
+        })
+        .await
+        .expect("the task completes once the lock is gone");
+        let done = engine.get(&task.task_id).await.unwrap();
+        assert_eq!((done.status, done.step), (TaskStatus::Completed, 1));
+    }
+
     /// Task ids are UUIDv7 of the current millisecond, with random bits that differ every time.
     #[test]
     fn task_ids_are_time_ordered_and_random() {

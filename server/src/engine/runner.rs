@@ -206,6 +206,10 @@ async fn advance<K: TaskKind>(
             }
         };
         let done = result.is_some();
+        // The task's last commit (it completes, or waits for a person's answer) holds no slot.
+        if done || question.is_some() {
+            slots::give_back();
+        }
         let commit = StepCommit {
             task,
             lease,

@@ -1,6 +1,7 @@
 //! The running-task limit (`--max-running-tasks`).
 //!
-//! A task needs a slot while it works: claiming, stepping, committing. Tasks beyond the limit
+//! A task needs a slot while it works: claiming, stepping, committing (all but its last
+//! commit, which it waits for without one: nothing is left for it to compute). Tasks beyond the limit
 //! wait in a queue as plain entries, holding no tokio task, and one admitter hands each freed
 //! slot to the oldest. A task whose step waits (its kind calls [`Env::pace`](super::Env::pace))
 //! gives its slot back for the wait and takes one again after, so tasks that mostly wait (I/O
@@ -44,16 +45,15 @@ pub(super) fn holding<F: Future>(
     HELD.scope(held, work)
 }
 
-/// Runs `wait` without this worker's slot (if it holds one), and takes a slot again after.
+/// Runs `wait` without this worker's slot (if it holds one), and takes a slot again after,
+/// also when it had given its slot back already (see [`give_back`]).
 pub(super) async fn released<F: Future>(wait: F) -> F::Output {
     let slots = HELD
         .try_with(|held| {
-            // Dropping the permit gives the slot back.
-            drop(held.permit.borrow_mut().take()?);
-            Some(held.slots.clone())
+            give_back_held(held);
+            held.slots.clone()
         })
-        .ok()
-        .flatten();
+        .ok();
     let output = wait.await;
     if let Some(slots) = slots
         && let Ok(permit) = slots.acquire_owned().await
@@ -61,6 +61,19 @@ pub(super) async fn released<F: Future>(wait: F) -> F::Output {
         HELD.with(|held| *held.permit.borrow_mut() = Some(permit));
     }
     output
+}
+
+/// Gives this worker's slot back for the rest of its run: what is left is waiting for its
+/// last commit, which computes nothing, and the next task need not wait for it. A worker that
+/// goes on after all (the commit failed, and it waits to claim the task again through
+/// [`released`]) takes a slot again there.
+pub(super) fn give_back() {
+    let _ = HELD.try_with(give_back_held);
+}
+
+fn give_back_held(held: &Held) {
+    // Dropping the permit gives the slot back.
+    drop(held.permit.borrow_mut().take());
 }
 
 /// Tasks waiting for a slot, oldest first.
@@ -169,6 +182,23 @@ mod tests {
             "returned when the worker ends"
         );
         assert_eq!(queue.len(), 1);
+    }
+
+    /// A worker that gave its slot back for its last commit, which then failed, takes a slot
+    /// again when it waits to claim the task anew: it would otherwise work on without one.
+    #[tokio::test]
+    async fn a_worker_that_gave_its_slot_back_takes_one_again_after_a_wait() {
+        let queue = Queue::<u32>::new(1);
+        let (_, permit) = queue.admit_or_queue(1).expect("a free slot");
+        let slots = queue.slots().clone();
+        holding(slots.clone(), permit, async {
+            give_back();
+            assert_eq!(slots.available_permits(), 1, "given back");
+            released(tokio::task::yield_now()).await;
+            assert_eq!(slots.available_permits(), 0, "taken again after the wait");
+        })
+        .await;
+        assert_eq!(slots.available_permits(), 1);
     }
 
     #[tokio::test]
