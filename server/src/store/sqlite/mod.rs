@@ -20,6 +20,7 @@
 
 mod handles;
 mod migrations;
+mod progress;
 mod sessions;
 mod streams;
 mod tasks;
@@ -31,8 +32,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 
+use self::progress::Progress;
 use super::{Change, ChangeFeed, Health, PRUNE_BATCH, StoreError};
 use crate::telemetry;
 
@@ -122,10 +124,9 @@ pub struct Sqlite {
     writer: mpsc::Sender<WriteJob>,
     /// Writes placed in the writer's queue so far, counted as each is placed.
     placed: Arc<Mutex<u64>>,
-    /// Writes the writer has finished (committed, or failed) so far. It takes them in the order
-    /// they were placed, so a count of `n` means the first `n` placed are done. Its sender is
-    /// the writer's: should the writer end, nobody waits on it for ever.
-    finished: watch::Receiver<u64>,
+    /// Writes the writer has finished so far, and who waits for more; should the writer end,
+    /// nobody waits on it for ever.
+    progress: Arc<Mutex<Progress>>,
     queue_wait: Duration,
     readers: Arc<ReaderPool>,
     /// The request streams whose events are queued (see [`Sqlite::queue_event`]).
@@ -211,15 +212,16 @@ impl Sqlite {
         configure(&conn)?;
         migrations::migrate(&mut conn)?;
         let (writer, jobs) = mpsc::channel::<WriteJob>(queue.capacity);
-        let (finished_tx, finished) = watch::channel(0);
+        let progress = Arc::<Mutex<Progress>>::default();
+        let writer_progress = WriterProgress(progress.clone());
         std::thread::Builder::new()
             .name("store-writer".into())
-            .spawn(move || write_loop(conn, jobs, finished_tx))
+            .spawn(move || write_loop(conn, jobs, writer_progress))
             .map_err(StoreError::WriterThread)?;
         Ok(Sqlite {
             writer,
             placed: Arc::default(),
-            finished,
+            progress,
             queue_wait: queue.wait,
             readers: Arc::new(ReaderPool {
                 path: path.to_owned(),
@@ -315,7 +317,7 @@ impl Sqlite {
             }
         };
         // Counted and placed under one lock, so that the writer takes jobs in the order they
-        // were counted (see `finished`).
+        // were counted (see `Progress`).
         let mut placed = self.placed.lock().expect("placed lock");
         *placed += 1;
         place.send(job);
@@ -325,11 +327,15 @@ impl Sqlite {
     /// Returns once every write placed before the call is done (durable, or failed).
     async fn fence(&self) {
         let placed = *self.placed.lock().expect("placed lock");
-        if *self.finished.borrow() >= placed {
-            return;
+        let waiting = self
+            .progress
+            .lock()
+            .expect("progress lock")
+            .wait_for(placed);
+        if let Some(woken) = waiting {
+            // An error means the writer has ended: nothing more will become durable.
+            let _ = woken.await;
         }
-        // An error means the writer has ended: nothing more will become durable.
-        let _ = self.finished.clone().wait_for(|&done| done >= placed).await;
     }
 
     /// Runs `sql`, a DELETE of at most `?2` rows among those older than `?1`, in one
@@ -461,7 +467,25 @@ const LOCK_WAIT: Duration = Duration::from_secs(5);
 /// lock's release succeeds and restores the full wait.
 const LOCK_WAIT_WHILE_LOCKED: Duration = Duration::from_millis(100);
 
-fn write_loop(conn: Connection, mut jobs: mpsc::Receiver<WriteJob>, finished: watch::Sender<u64>) {
+/// The writer's hold on [`Progress`]: it reports each batch finished, and lets every waiter go
+/// when the writer ends, however it ends.
+struct WriterProgress(Arc<Mutex<Progress>>);
+
+impl WriterProgress {
+    fn advance(&self, writes: u64) {
+        self.0.lock().expect("progress lock").advance(writes);
+    }
+}
+
+impl Drop for WriterProgress {
+    fn drop(&mut self) {
+        if let Ok(mut progress) = self.0.lock() {
+            progress.end();
+        }
+    }
+}
+
+fn write_loop(conn: Connection, mut jobs: mpsc::Receiver<WriteJob>, progress: WriterProgress) {
     let mut locked = false;
     while let Some(first) = jobs.blocking_recv() {
         let mut batch = vec![first];
@@ -477,7 +501,7 @@ fn write_loop(conn: Connection, mut jobs: mpsc::Receiver<WriteJob>, finished: wa
         // A panic outside the writes themselves (none is known) must not end the writer either:
         // every later write would fail while the process went on answering.
         let begun = std::panic::catch_unwind(AssertUnwindSafe(|| commit(&conn, batch)));
-        finished.send_modify(|done| *done += size);
+        progress.advance(size);
         match begun {
             Ok(Begun::Locked) if !locked => {
                 tracing::error!(
