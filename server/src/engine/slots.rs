@@ -8,7 +8,7 @@
 //! bound work) all make progress however many there are, while tasks that compute never run
 //! more than the limit at once.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -26,6 +26,9 @@ struct Held {
     slots: Arc<Semaphore>,
     /// `None` while given back.
     permit: RefCell<Option<OwnedSemaphorePermit>>,
+    /// Given back by [`give_back`], for the worker's last commit: a [`released`] wait after it
+    /// takes a slot again all the same.
+    owed: Cell<bool>,
 }
 
 /// Runs `work` holding `permit`, which [`released`] may give back for a while.
@@ -41,19 +44,23 @@ pub(super) fn holding<F: Future>(
     let held = Held {
         slots,
         permit: RefCell::new(Some(permit)),
+        owed: Cell::new(false),
     };
     HELD.scope(held, work)
 }
 
-/// Runs `wait` without this worker's slot (if it holds one), and takes a slot again after,
-/// also when it had given its slot back already (see [`give_back`]).
+/// Runs `wait` without this worker's slot (if it holds one, or gave it back through
+/// [`give_back`]), and takes a slot again after. Of two waits at once in one step, only the one
+/// that gave the slot back takes one again: a worker never holds two.
 pub(super) async fn released<F: Future>(wait: F) -> F::Output {
     let slots = HELD
         .try_with(|held| {
-            give_back_held(held);
-            held.slots.clone()
+            // Dropping the permit gives the slot back.
+            let had = held.permit.borrow_mut().take().is_some();
+            (had || held.owed.replace(false)).then(|| held.slots.clone())
         })
-        .ok();
+        .ok()
+        .flatten();
     let output = wait.await;
     if let Some(slots) = slots
         && let Ok(permit) = slots.acquire_owned().await
@@ -68,12 +75,11 @@ pub(super) async fn released<F: Future>(wait: F) -> F::Output {
 /// goes on after all (the commit failed, and it waits to claim the task again through
 /// [`released`]) takes a slot again there.
 pub(super) fn give_back() {
-    let _ = HELD.try_with(give_back_held);
-}
-
-fn give_back_held(held: &Held) {
-    // Dropping the permit gives the slot back.
-    drop(held.permit.borrow_mut().take());
+    let _ = HELD.try_with(|held| {
+        if held.permit.borrow_mut().take().is_some() {
+            held.owed.set(true);
+        }
+    });
 }
 
 /// Tasks waiting for a slot, oldest first.
@@ -198,6 +204,27 @@ mod tests {
             assert_eq!(slots.available_permits(), 0, "taken again after the wait");
         })
         .await;
+        assert_eq!(slots.available_permits(), 1);
+    }
+
+    /// Two waits at once in one step (a kind that paces two things together) give the one slot
+    /// back once and take one slot again, not two: taking a second, the worker would wait for
+    /// its own slot for ever.
+    #[tokio::test]
+    async fn two_waits_at_once_take_one_slot_again() {
+        let queue = Queue::<u32>::new(1);
+        let (_, permit) = queue.admit_or_queue(1).expect("a free slot");
+        let slots = queue.slots().clone();
+        let both = holding(slots.clone(), permit, async {
+            tokio::join!(
+                released(tokio::time::sleep(Duration::from_millis(10))),
+                released(tokio::time::sleep(Duration::from_millis(20))),
+            );
+            assert_eq!(slots.available_permits(), 0, "one slot taken again");
+        });
+        tokio::time::timeout(Duration::from_secs(5), both)
+            .await
+            .expect("both waits end");
         assert_eq!(slots.available_permits(), 1);
     }
 

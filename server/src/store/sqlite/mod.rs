@@ -479,9 +479,12 @@ impl WriterProgress {
 
 impl Drop for WriterProgress {
     fn drop(&mut self) {
-        if let Ok(mut progress) = self.0.lock() {
-            progress.end();
-        }
+        // Even poisoned: the waiters must be let go.
+        let mut progress = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        progress.end();
     }
 }
 
