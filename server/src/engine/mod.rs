@@ -1081,6 +1081,7 @@ pub fn retention_cutoff(now: DateTime<Utc>, retention: Duration) -> DateTime<Utc
 #[cfg(test)]
 mod tests {
     use chrono::TimeZone;
+    use durable_shared::kinds::KindSpec;
 
     use super::count::Count;
     use super::*;
@@ -1227,7 +1228,7 @@ mod tests {
         finish: Arc<tokio::sync::Notify>,
     }
 
-    impl durable_shared::kinds::KindSpec for Gate {
+    impl KindSpec for Gate {
         const NAME: &'static str = "gate";
         const TITLE: &'static str = "Gate";
         const DESCRIPTION: &'static str = "Steps once, when the test lets it.";
@@ -1280,7 +1281,7 @@ mod tests {
         left_work.resume().await.unwrap();
         let slots = engine.inner.queue.slots().clone();
         let task = engine
-            .start("gate", "test", serde_json::json!({"steps": 1}))
+            .start(Gate::NAME, "test", serde_json::json!({"steps": 1}))
             .await
             .unwrap();
         tokio::time::timeout(Duration::from_secs(10), gate.stepping.notified())
@@ -1292,18 +1293,15 @@ mod tests {
         gate.finish.notify_one();
         // Well within the writer's wait for the lock: after it, the commit fails and the
         // worker, waiting to claim the task again, lends its slot all the same.
-        tokio::time::timeout(Duration::from_secs(2), async {
-            while slots.available_permits() == 0 {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await
-        .expect("the slot is free while the last commit waits");
+        let free = tokio::time::timeout(Duration::from_secs(2), slots.acquire())
+            .await
+            .expect("the slot is free while the last commit waits");
+        drop(free);
         let waiting = engine.get(&task.task_id).await.unwrap();
         assert_eq!(
             waiting.status,
             TaskStatus::Running,
-            "committed under the lock"
+            "not completed while the lock is held"
         );
         let mut events = engine.subscribe();
         locker.execute_batch("ROLLBACK").unwrap();

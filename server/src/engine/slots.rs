@@ -166,6 +166,20 @@ mod tests {
 
     use super::*;
 
+    /// The one slot there is, taken by a worker.
+    fn one_slot_taken() -> (Arc<Semaphore>, OwnedSemaphorePermit) {
+        let slots = Arc::new(Semaphore::new(1));
+        let permit = slots.clone().try_acquire_owned().expect("a free slot");
+        (slots, permit)
+    }
+
+    /// `work`'s output, which a worker waiting for a slot that never comes would not give.
+    async fn in_time<F: Future>(work: F) -> F::Output {
+        tokio::time::timeout(Duration::from_secs(5), work)
+            .await
+            .expect("the worker ends in time")
+    }
+
     #[tokio::test]
     async fn a_waiting_worker_lends_its_slot_and_takes_one_back() {
         let queue = Queue::<u32>::new(1);
@@ -173,14 +187,14 @@ mod tests {
         assert_eq!(first, 1);
         assert!(queue.admit_or_queue(2).is_none(), "the only slot is taken");
         let slots = queue.slots().clone();
-        holding(slots.clone(), permit, async {
+        in_time(holding(slots.clone(), permit, async {
             released(async {
                 assert_eq!(slots.available_permits(), 1, "given back while waiting");
                 tokio::time::sleep(Duration::from_millis(10)).await;
             })
             .await;
             assert_eq!(slots.available_permits(), 0, "taken again after the wait");
-        })
+        }))
         .await;
         assert_eq!(
             slots.available_permits(),
@@ -194,15 +208,13 @@ mod tests {
     /// again when it waits to claim the task anew: it would otherwise work on without one.
     #[tokio::test]
     async fn a_worker_that_gave_its_slot_back_takes_one_again_after_a_wait() {
-        let queue = Queue::<u32>::new(1);
-        let (_, permit) = queue.admit_or_queue(1).expect("a free slot");
-        let slots = queue.slots().clone();
-        holding(slots.clone(), permit, async {
+        let (slots, permit) = one_slot_taken();
+        in_time(holding(slots.clone(), permit, async {
             give_back();
             assert_eq!(slots.available_permits(), 1, "given back");
             released(tokio::task::yield_now()).await;
             assert_eq!(slots.available_permits(), 0, "taken again after the wait");
-        })
+        }))
         .await;
         assert_eq!(slots.available_permits(), 1);
     }
@@ -212,19 +224,15 @@ mod tests {
     /// its own slot for ever.
     #[tokio::test]
     async fn two_waits_at_once_take_one_slot_again() {
-        let queue = Queue::<u32>::new(1);
-        let (_, permit) = queue.admit_or_queue(1).expect("a free slot");
-        let slots = queue.slots().clone();
-        let both = holding(slots.clone(), permit, async {
+        let (slots, permit) = one_slot_taken();
+        in_time(holding(slots.clone(), permit, async {
             tokio::join!(
                 released(tokio::time::sleep(Duration::from_millis(10))),
                 released(tokio::time::sleep(Duration::from_millis(20))),
             );
             assert_eq!(slots.available_permits(), 0, "one slot taken again");
-        });
-        tokio::time::timeout(Duration::from_secs(5), both)
-            .await
-            .expect("both waits end");
+        }))
+        .await;
         assert_eq!(slots.available_permits(), 1);
     }
 
