@@ -29,6 +29,10 @@
 //! With debug information, callgrind files costs under each inlined function's source file; to
 //! see them per function, strip it from a copy first (`objcopy --strip-debug`).
 //!
+//! Each run also prints the process's CPU time per call, user and kernel, over the same part:
+//! callgrind counts no kernel work (the writer's WAL writes and fsyncs, the thread wake-ups),
+//! and neither does its figure. It is wall-clock noisy, so compare several runs of each side.
+//!
 //! The instruction count includes the client (reqwest) in the same process; it is the same on
 //! both sides of a comparison.
 
@@ -61,6 +65,49 @@ fn profile_begin() {
 #[inline(never)]
 fn profile_end() {
     std::hint::black_box("profile_end");
+}
+
+/// The process's CPU time so far, user and kernel, and its context switches: what callgrind
+/// does not count. Under `start-load` the store's writer spends about half its time in the
+/// kernel (WAL writes and fsync), so an instruction count alone misjudges a change to how
+/// the writer batches.
+#[derive(Clone, Copy)]
+struct Usage {
+    user: Duration,
+    kernel: Duration,
+    switches: i64,
+}
+
+impl Usage {
+    #[allow(unsafe_code)]
+    fn now() -> Usage {
+        let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
+        // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF cannot fail.
+        let usage = unsafe {
+            assert_eq!(libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()), 0);
+            usage.assume_init()
+        };
+        let time = |t: libc::timeval| {
+            Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+        };
+        Usage {
+            user: time(usage.ru_utime),
+            kernel: time(usage.ru_stime),
+            switches: usage.ru_nvcsw + usage.ru_nivcsw,
+        }
+    }
+
+    /// Prints what was spent since `self`, per call.
+    fn report_since(self, calls: usize) {
+        let now = Usage::now();
+        let per_call = |d: Duration| d.as_secs_f64() * 1e6 / calls as f64;
+        eprintln!(
+            "cpu per call: {:.1} us user, {:.1} us kernel, {:.2} context switches ({calls} calls)",
+            per_call(now.user - self.user),
+            per_call(now.kernel - self.kernel),
+            (now.switches - self.switches) as f64 / calls as f64,
+        );
+    }
 }
 
 fn ping(id: usize) -> Value {
@@ -171,6 +218,7 @@ async fn run(workload: &str) {
     while durable && !all_finished(&db) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let usage = Usage::now();
     profile_begin();
     if sessions == 1 {
         for i in 0..CALLS {
@@ -207,6 +255,7 @@ async fn run(workload: &str) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     profile_end();
+    usage.report_since(CALLS * sessions);
     served.stop().await;
 }
 
