@@ -563,23 +563,35 @@ impl Client {
     }
 
     /// Waits until some request's progress reached `total`, and returns that request's values,
-    /// sorted. Notifications are handled concurrently with responses, so they may trail the
-    /// result.
+    /// sorted, once no more arrive. Notifications are handled concurrently with responses, so
+    /// they may trail the result.
     pub async fn progress_reaching(&self, total: f64) -> Vec<f64> {
+        /// rmcp hands each notification to a tokio task of its own, which records it whenever
+        /// the runtime gets to it: `total` may be recorded before values that came earlier on
+        /// the stream, so the values are taken once none has been added for this long.
+        const QUIET: Duration = Duration::from_millis(500);
+        let reaching = || {
+            self.progress_by_token()
+                .into_iter()
+                .find(|values| values.contains(&total))
+        };
         within(IO_TIMEOUT, "progress notifications", async {
-            loop {
-                if let Some(mut values) = self
-                    .progress_by_token()
-                    .into_iter()
-                    .find(|values| values.contains(&total))
-                {
-                    // rmcp hands each notification to a task of its own, so the order they are
-                    // recorded in is not the stream's. Sorted, the values strictly increase
-                    // exactly when none was delivered twice.
-                    values.sort_by(f64::total_cmp);
-                    return values;
+            let mut seen = loop {
+                if let Some(values) = reaching() {
+                    break values;
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
+            };
+            loop {
+                tokio::time::sleep(QUIET).await;
+                let mut now = reaching().expect("recorded values stay");
+                if now.len() == seen.len() {
+                    // Sorted, the values strictly increase exactly when none was delivered
+                    // twice.
+                    now.sort_by(f64::total_cmp);
+                    return now;
+                }
+                seen = now;
             }
         })
         .await
