@@ -4,6 +4,8 @@
 
 mod serve;
 
+durable_mcp_server::jemalloc!();
+
 use std::io::IsTerminal;
 use std::process::ExitCode;
 

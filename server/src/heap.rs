@@ -1,19 +1,46 @@
-//! Giving the memory the process freed back to the system.
+//! The process's heap: jemalloc, and giving what the process freed back to the system.
 //!
-//! The allocator stays glibc's on purpose. Measured with `--bench load` (2026-12-07, 2 cores):
-//! - mimalloc served about 2.4x the requests per second, but held 106 to 185 MiB (by its
-//!   settings) with 1,000 running tasks and 1,000 dormant sessions, against 46.5 MiB with glibc
-//!   (target: 64 MiB).
-//! - jemalloc, purging in a background thread, served 1.6x to 1.9x, with 51.9 MiB there. But it
-//!   sped the in-memory ceiling up more, so the ratios the load bench holds the server to fell:
-//!   `start_*` from about 0.40x to 0.33x, status reads from 0.88x to 0.80x.
-//! - Measured again in two interleaved pairs of runs (stop 48), jemalloc with
-//!   `background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0` served `start_*` at 5,376 and
-//!   5,860 req/s against glibc's 3,478 and 3,521, with ratios of 0.40x and 0.41x against 0.35x and
-//!   0.36x, and held 51.7 MiB. The ratios move within this machine's noise either way; the
-//!   absolute gain does not. It is worth adopting once measured over more runs.
+//! jemalloc, not glibc's malloc: measured with `--bench load` in five interleaved pairs of runs
+//! (stop 48, 2 cores), it served `start_*` at 5,288 to 5,860 requests a second against glibc's
+//! 3,024 to 3,707, at 0.38x to 0.42x of the in-memory ceiling against 0.34x to 0.36x, status
+//! reads about 1.6x, and held 51.7 MiB with 1,000 running tasks and 1,000 dormant sessions
+//! (target 64 MiB; glibc with `malloc_trim`, 48.8 MiB). glibc's cost was its arena locks
+//! (futex wake-ups between threads that free what others allocated), `unlink_chunk` and
+//! `malloc_consolidate`. mimalloc was as fast but held 82 to 182 MiB there, by its settings.
+//! (An earlier measurement, in fewer runs, had jemalloc's ratios lower than glibc's.)
+//!
+//! jemalloc's settings ([`JEMALLOC_CONF`]): a background thread hands pages freed for a second
+//! back to the system (`dirty_decay_ms`; jemalloc's default waits ten), and straight away
+//! (`muzzy_decay_ms:0`: no `MADV_FREE` stage, whose pages stay resident until the kernel
+//! needs them), so memory follows the sessions in use. With jemalloc's defaults the figure
+//! above was 76.3 MiB.
 
-/// Returns the heap's free pages to the system: glibc's `malloc_trim`. glibc keeps what a
+/// Makes jemalloc, with [`JEMALLOC_CONF`], the allocator of the binary that invokes it: the
+/// `durable-mcp` executable, and the benches, whose children serve as it does. A macro,
+/// because a global allocator and jemalloc's configuration symbol must be defined in the
+/// binary itself: a library's unreferenced symbol need not be linked.
+#[macro_export]
+macro_rules! jemalloc {
+    () => {
+        #[global_allocator]
+        static ALLOCATOR: $crate::heap::tikv_jemallocator::Jemalloc =
+            $crate::heap::tikv_jemallocator::Jemalloc;
+
+        /// jemalloc reads its configuration from this symbol (`malloc_conf`, under the prefix
+        /// tikv-jemalloc-sys builds it with) when it starts: a C string.
+        #[allow(unsafe_code, non_upper_case_globals)]
+        #[unsafe(export_name = "_rjem_malloc_conf")]
+        static malloc_conf: &u8 = &$crate::heap::JEMALLOC_CONF[0];
+    };
+}
+
+pub use tikv_jemallocator;
+
+/// jemalloc's settings, as a C string (see the module's documentation).
+pub const JEMALLOC_CONF: &[u8] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
+
+/// Returns the free pages of glibc's heap to the system: `malloc_trim`. SQLite allocates there
+/// (the Rust side allocates from jemalloc, which purges on its own). glibc keeps what a
 /// process frees for its next allocations, in every arena its threads used, so when a thousand
 /// dormant sessions had left memory (see `http::put_to_sleep`) the resident memory stayed where
 /// it was: 91 MiB with them, 91 MiB after they went, 31 MiB after a trim. No crate wraps the

@@ -10,6 +10,10 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+// The benches' children serve as the `durable-mcp` binary does, with its allocator; so does
+// the ceiling, which makes the comparison one of servers, not of allocators.
+durable_mcp_server::jemalloc!();
+
 // Compiled into every bench, as is this whole module; only some run a server process.
 #[allow(dead_code)]
 pub mod ceiling;
