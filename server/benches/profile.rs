@@ -79,21 +79,15 @@ struct Usage {
 }
 
 impl Usage {
-    #[allow(unsafe_code)]
     fn now() -> Usage {
-        let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
-        // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF cannot fail.
-        let usage = unsafe {
-            assert_eq!(libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()), 0);
-            usage.assume_init()
-        };
-        let time = |t: libc::timeval| {
-            Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
-        };
+        use nix::sys::resource::{UsageWho, getrusage};
+        use nix::sys::time::TimeValLike;
+        let usage = getrusage(UsageWho::RUSAGE_SELF).expect("the process's resource usage");
+        let time = |t: nix::sys::time::TimeVal| Duration::from_micros(t.num_microseconds() as u64);
         Usage {
-            user: time(usage.ru_utime),
-            kernel: time(usage.ru_stime),
-            switches: usage.ru_nvcsw + usage.ru_nivcsw,
+            user: time(usage.user_time()),
+            kernel: time(usage.system_time()),
+            switches: usage.voluntary_context_switches() + usage.involuntary_context_switches(),
         }
     }
 

@@ -3,7 +3,7 @@
 //! jemalloc, not glibc's malloc: measured with `--bench load` in five interleaved pairs of runs
 //! (stop 48, 2 cores), it served `start_*` at 5,288 to 5,860 requests a second against glibc's
 //! 3,024 to 3,707, at 0.38x to 0.42x of the in-memory ceiling against 0.34x to 0.36x, status
-//! reads about 1.6x, and held 51.7 MiB with 1,000 running tasks and 1,000 dormant sessions
+//! reads about 1.6x, and held 51.7 to 53.3 MiB with 1,000 running tasks and 1,000 dormant sessions
 //! (target 64 MiB; glibc with `malloc_trim`, 48.8 MiB). glibc's cost was its arena locks
 //! (futex wake-ups between threads that free what others allocated), `unlink_chunk` and
 //! `malloc_consolidate`. mimalloc was as fast but held 82 to 182 MiB there, by its settings.

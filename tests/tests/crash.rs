@@ -51,19 +51,20 @@ async fn interrupted(
 /// How many times a worker ran task `id`, over all of the server's starts: one more than the
 /// kills exactly when every kill found the task unfinished (and no start ran it twice).
 fn worker_runs(server: &Server, id: &str) -> usize {
-    server
-        .log()
-        .lines()
-        .filter(|line| line.contains("worker running") && line.contains(id))
-        .count()
+    worker_lines(&server.log(), id).count()
+}
+
+/// The "worker running" lines of task `id` in `log`, one per run of a worker.
+fn worker_lines<'a>(log: &'a str, id: &'a str) -> impl DoubleEndedIterator<Item = &'a str> {
+    log.lines()
+        .filter(move |line| line.contains("worker running") && line.contains(id))
 }
 
 /// The step the latest worker of task `id` began from, from its "worker running" log line.
 fn last_worker_began_at(server: &Server, id: &str) -> u64 {
     let log = server.log();
-    let line = log
-        .lines()
-        .rfind(|line| line.contains("worker running") && line.contains(id))
+    let line = worker_lines(&log, id)
+        .next_back()
         .expect("a worker ran the task");
     // The event's own fields come last, after those of any span it is in.
     line.split_whitespace()
