@@ -358,8 +358,11 @@ impl TaskRepo for Sqlite {
                 Some(serde_json::to_string(question)?),
             ),
         };
-        let (id, lease, checkpoint, progress, message, step) = (
+        // The last step finishes the task (a question leaves it unfinished).
+        let finishes = commit.result.is_some();
+        let (id, owner, lease, checkpoint, progress, message, step) = (
             commit.id().to_owned(),
+            commit.task.owner.clone(),
             commit.lease,
             // Only the row needs it: the answer is made without.
             std::mem::take(&mut commit.checkpoint),
@@ -388,6 +391,9 @@ impl TaskRepo for Sqlite {
                 None => &values[..7],
             };
             let changed = conn.prepare_cached(sql)?.execute(bound)?;
+            if changed > 0 && finishes {
+                count_unfinished(conn, &owner, -1)?;
+            }
             Ok((changed > 0).then_some(now))
         });
         Ok(written_at.await?.map(|now| commit.applied(time(now))))
@@ -443,9 +449,13 @@ impl TaskRepo for Sqlite {
                  WHERE id = ?1 AND lease = ?2 AND status = 'running' RETURNING ",
                 info_columns!()
             ))?;
-            Ok(stmt
+            let failed = stmt
                 .query_row(params![id, lease, error, now_ms()], read_info)
-                .optional()?)
+                .optional()?;
+            if let Some(task) = &failed {
+                count_unfinished(conn, &task.owner, -1)?;
+            }
+            Ok(failed)
         })
         .await
     }
@@ -468,10 +478,24 @@ impl TaskRepo for Sqlite {
                 in_list(from),
                 info_columns!()
             );
+            // What it leaves, for the owner's count: steering never leaves a terminal status,
+            // but the count follows whatever `from` allows.
+            let left: Option<String> = conn
+                .prepare_cached("SELECT status FROM tasks WHERE id = ?1")?
+                .query_row([&id], |row| row.get(0))
+                .optional()?;
             let applied = conn
                 .prepare_cached(&sql)?
                 .query_row(params![id, to.as_str(), now, completed_at], read_info)
                 .optional()?;
+            if let (Some(task), Some(left)) = (&applied, left) {
+                // The statement matched it, so it is one of `from`.
+                let left_unfinished = from.iter().any(|s| s.as_str() == left && !s.is_terminal());
+                let delta = i64::from(!to.is_terminal()) - i64::from(left_unfinished);
+                if delta != 0 {
+                    count_unfinished(conn, &task.owner, delta)?;
+                }
+            }
             outcome(conn, &id, applied)
         })
         .await
@@ -680,6 +704,9 @@ fn insert(conn: &Connection, task: NewTask) -> Result<TaskInfo, StoreError> {
         initial.ttl_ms.map(|ttl| now + ttl),
         QUEUED,
     ])?;
+    if !initial.status.is_terminal() {
+        count_unfinished(conn, &task.owner, 1)?;
+    }
     // The row just written, as `read_info` would read it back: reading it costs the writer a
     // query and a parse of the parameters for nothing it does not know.
     let (status, node) = (initial.status, initial.node.map(str::to_owned));
@@ -704,16 +731,29 @@ fn insert(conn: &Connection, task: NewTask) -> Result<TaskInfo, StoreError> {
     })
 }
 
-/// How many unfinished tasks `owner` has, as the `owner_load` triggers keep count.
 /// The message of a task no worker has advanced yet.
 const QUEUED: &str = "queued";
 
+/// How many unfinished tasks `owner` has, as `owner_load` counts them.
 fn unfinished_of(conn: &Connection, owner: &str) -> Result<u64, StoreError> {
     Ok(conn
         .prepare_cached("SELECT unfinished FROM owner_load WHERE owner = ?1")?
         .query_row([owner], |row| row.get(0))
         .optional()?
         .unwrap_or(0))
+}
+
+/// Changes `owner`'s count of unfinished tasks by `delta`: +1 for a task inserted unfinished,
+/// -1 for one that finished. Every write that does either calls it in the same transaction,
+/// after its own statement applied (triggers did until schema version 12, which says why they
+/// went). A task's owner never changes, and a finished task is never unfinished again.
+fn count_unfinished(conn: &Connection, owner: &str, delta: i64) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO owner_load (owner, unfinished) VALUES (?1, ?2) \
+         ON CONFLICT (owner) DO UPDATE SET unfinished = unfinished + ?2",
+    )?
+    .execute(params![owner, delta])?;
+    Ok(())
 }
 
 #[cfg(test)]
