@@ -358,11 +358,11 @@ impl TaskRepo for Sqlite {
                 Some(serde_json::to_string(question)?),
             ),
         };
-        // The last step finishes the task (a question leaves it unfinished).
-        let finishes = commit.result.is_some();
-        let (id, owner, lease, checkpoint, progress, message, step) = (
+        // The last step finishes the task (a question leaves it unfinished), and only it
+        // changes the owner's count.
+        let finishing_owner = commit.result.is_some().then(|| commit.task.owner.clone());
+        let (id, lease, checkpoint, progress, message, step) = (
             commit.id().to_owned(),
-            commit.task.owner.clone(),
             commit.lease,
             // Only the row needs it: the answer is made without.
             std::mem::take(&mut commit.checkpoint),
@@ -391,7 +391,7 @@ impl TaskRepo for Sqlite {
                 None => &values[..7],
             };
             let changed = conn.prepare_cached(sql)?.execute(bound)?;
-            if changed > 0 && finishes {
+            if let Some(owner) = finishing_owner.filter(|_| changed > 0) {
                 count_unfinished(conn, &owner, -1)?;
             }
             Ok((changed > 0).then_some(now))
@@ -489,8 +489,8 @@ impl TaskRepo for Sqlite {
                 .query_row(params![id, to.as_str(), now, completed_at], read_info)
                 .optional()?;
             if let (Some(task), Some(left)) = (&applied, left) {
-                // The statement matched it, so it is one of `from`.
-                let left_unfinished = from.iter().any(|s| s.as_str() == left && !s.is_terminal());
+                // The table's check admits only statuses that parse.
+                let left_unfinished = TaskStatus::from_str(&left).is_ok_and(|s| !s.is_terminal());
                 let delta = i64::from(!to.is_terminal()) - i64::from(left_unfinished);
                 if delta != 0 {
                     count_unfinished(conn, &task.owner, delta)?;
@@ -704,9 +704,8 @@ fn insert(conn: &Connection, task: NewTask) -> Result<TaskInfo, StoreError> {
         initial.ttl_ms.map(|ttl| now + ttl),
         QUEUED,
     ])?;
-    if !initial.status.is_terminal() {
-        count_unfinished(conn, &task.owner, 1)?;
-    }
+    // A new task is pending or running: unfinished.
+    count_unfinished(conn, &task.owner, 1)?;
     // The row just written, as `read_info` would read it back: reading it costs the writer a
     // query and a parse of the parameters for nothing it does not know.
     let (status, node) = (initial.status, initial.node.map(str::to_owned));
