@@ -20,6 +20,7 @@
 
 mod handles;
 mod migrations;
+mod owners;
 mod progress;
 mod sessions;
 mod streams;
@@ -34,6 +35,7 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{mpsc, oneshot};
 
+use self::owners::OwnerLoad;
 use self::progress::Progress;
 use super::{Change, ChangeFeed, Health, PRUNE_BATCH, StoreError};
 use crate::telemetry;
@@ -131,6 +133,8 @@ pub struct Sqlite {
     readers: Arc<ReaderPool>,
     /// The request streams whose events are queued (see [`Sqlite::queue_event`]).
     live: Arc<Mutex<LiveStreams>>,
+    /// Each owner's count of unfinished tasks, which the writer keeps (see `owners`).
+    owners: Arc<Mutex<OwnerLoad>>,
     path: Arc<PathBuf>,
 }
 
@@ -211,12 +215,14 @@ impl Sqlite {
         let mut conn = Connection::open(path)?;
         configure(&conn)?;
         migrations::migrate(&mut conn)?;
+        let owners = Arc::new(Mutex::new(OwnerLoad::load(&conn)?));
         let (writer, jobs) = mpsc::channel::<WriteJob>(queue.capacity);
         let progress = Arc::<Mutex<Progress>>::default();
         let writer_progress = WriterProgress(progress.clone());
+        let writer_owners = owners.clone();
         std::thread::Builder::new()
             .name("store-writer".into())
-            .spawn(move || write_loop(conn, jobs, writer_progress))
+            .spawn(move || write_loop(conn, jobs, writer_progress, &writer_owners))
             .map_err(StoreError::WriterThread)?;
         Ok(Sqlite {
             writer,
@@ -228,6 +234,7 @@ impl Sqlite {
                 idle: Mutex::new(Vec::new()),
             }),
             live: Arc::default(),
+            owners,
             path: Arc::new(path.to_owned()),
         })
     }
@@ -488,7 +495,12 @@ impl Drop for WriterProgress {
     }
 }
 
-fn write_loop(conn: Connection, mut jobs: mpsc::Receiver<WriteJob>, progress: WriterProgress) {
+fn write_loop(
+    conn: Connection,
+    mut jobs: mpsc::Receiver<WriteJob>,
+    progress: WriterProgress,
+    owners: &Mutex<OwnerLoad>,
+) {
     let mut locked = false;
     while let Some(first) = jobs.blocking_recv() {
         let mut batch = vec![first];
@@ -503,7 +515,7 @@ fn write_loop(conn: Connection, mut jobs: mpsc::Receiver<WriteJob>, progress: Wr
         metrics::gauge!(telemetry::STORE_WRITE_QUEUE).set(jobs.len() as f64);
         // A panic outside the writes themselves (none is known) must not end the writer either:
         // every later write would fail while the process went on answering.
-        let begun = std::panic::catch_unwind(AssertUnwindSafe(|| commit(&conn, batch)));
+        let begun = std::panic::catch_unwind(AssertUnwindSafe(|| commit(&conn, batch, owners)));
         progress.advance(size);
         match begun {
             Ok(Begun::Locked) if !locked => {
@@ -528,6 +540,7 @@ fn write_loop(conn: Connection, mut jobs: mpsc::Receiver<WriteJob>, progress: Wr
                 if !conn.is_autocommit() {
                     let _ = conn.execute_batch("ROLLBACK");
                 }
+                owners.lock().expect("owner load lock").settle(false);
             }
         }
     }
@@ -543,8 +556,10 @@ enum Begun {
     No,
 }
 
-/// Runs `batch` in one transaction and answers each write once its fate is known.
-fn commit(conn: &Connection, batch: Vec<WriteJob>) -> Begun {
+/// Runs `batch` in one transaction and answers each write once its fate is known. The owners'
+/// counts follow: a write undone alone takes its changes with it, and the batch's count once
+/// it commits.
+fn commit(conn: &Connection, batch: Vec<WriteJob>, owners: &Mutex<OwnerLoad>) -> Begun {
     if let Err(e) = run_cached(conn, "BEGIN IMMEDIATE") {
         let locked = matches!(
             e.sqlite_error_code(),
@@ -570,7 +585,12 @@ fn commit(conn: &Connection, batch: Vec<WriteJob>) -> Begun {
             replies.push(job(None).1);
             continue;
         }
-        match std::panic::catch_unwind(AssertUnwindSafe(|| job(Some(Batch { conn, shared })))) {
+        let mark = owners.lock().expect("owner load lock").mark();
+        let ran = std::panic::catch_unwind(AssertUnwindSafe(|| job(Some(Batch { conn, shared }))));
+        if !matches!(ran, Ok((Ran::Applied, _))) {
+            owners.lock().expect("owner load lock").undo_to(mark);
+        }
+        match ran {
             Ok((ran, reply)) => {
                 succeeded &= ran == Ran::Applied;
                 if ran == Ran::FailedMidway && shared {
@@ -625,6 +645,10 @@ fn commit(conn: &Connection, batch: Vec<WriteJob>) -> Begun {
             let _ = conn.execute_batch("ROLLBACK");
         }
     }
+    owners
+        .lock()
+        .expect("owner load lock")
+        .settle(committed.is_ok());
     for reply in replies {
         reply(committed.as_ref().map(|_| ()));
     }
@@ -831,8 +855,8 @@ mod tests {
     }
 
     /// A write undone by its statement (`Undo::Statement`, here a task insert) that fails
-    /// among others of its transaction leaves nothing behind, not even what its triggers
-    /// would have counted, and its batch-mates commit.
+    /// among others of its transaction leaves nothing behind, not even in its owner's count,
+    /// and its batch-mates commit.
     #[tokio::test]
     async fn a_failing_statement_write_is_undone_alone() {
         use crate::store::TaskRepo;
@@ -871,13 +895,23 @@ mod tests {
 
     /// A write without a savepoint that fails after changing the database (which its rule,
     /// `Undo::Statement`, says cannot happen) takes its whole batch with it: nothing of what it
-    /// changed is kept, its batch-mates are told, and the writer goes on.
+    /// changed is kept (a task a batch-mate stored is not counted either), its batch-mates are
+    /// told, and the writer goes on.
     #[tokio::test]
     async fn a_statement_write_failing_midway_undoes_its_batch() {
+        use crate::store::TaskRepo;
+        use crate::store::tests::new_task;
+
         let deadline = Duration::from_secs(10);
         let dir = tempfile::tempdir().unwrap();
         let store = open(&dir, WriteQueue::default());
         let release = hold_writer(&store).await;
+        // The task is stored first in the batch, before the write that fails.
+        let before = {
+            let store = store.clone();
+            tokio::spawn(async move { store.insert_task(new_task("t")).await.map(drop) })
+        };
+        until_queued(&store, 1).await;
         let midway = {
             let store = store.clone();
             tokio::spawn(async move {
@@ -890,7 +924,6 @@ mod tests {
                     .await
             })
         };
-        let before = tokio::spawn(insert(&store, "a", false));
         until_queued(&store, 2).await;
         let after = tokio::spawn(insert(&store, "b", false));
         until_queued(&store, 3).await;
@@ -908,6 +941,8 @@ mod tests {
             );
         }
         assert!(keys(&store).await.is_empty(), "{:?}", keys(&store).await);
+        assert!(store.get_task("t").await.unwrap().is_none());
+        assert_eq!(store.unfinished_tasks_of("o").await.unwrap(), 0);
         insert(&store, "c", false).await.unwrap();
         assert_eq!(keys(&store).await, ["c"]);
     }

@@ -8,6 +8,7 @@
 use async_trait::async_trait;
 use std::collections::BTreeMap;
 use std::str::FromStr;
+use std::sync::Mutex;
 
 use chrono::{DateTime, TimeZone, Utc};
 use durable_shared::{CheckpointStats, TaskInfo, TaskStatus};
@@ -15,6 +16,7 @@ use rusqlite::{Connection, OptionalExtension, Row, ToSql, params};
 use serde_json::Value;
 
 use super::Sqlite;
+use super::owners::OwnerLoad;
 use crate::store::{
     Claimant, NewTask, Refusal, StepCommit, StoreError, TaskRepo, TaskRow, Transition, now_ms,
 };
@@ -207,16 +209,19 @@ fn in_list(statuses: &[TaskStatus]) -> String {
 impl TaskRepo for Sqlite {
     /// Stores a new task as `pending` (or claimed, see [`NewTask::claim`]).
     async fn insert_task(&self, task: NewTask) -> Result<TaskInfo, StoreError> {
-        self.write_statement(move |conn| insert(conn, task)).await
+        let owners = self.owners.clone();
+        self.write_statement(move |conn| insert(conn, &owners, task))
+            .await
     }
 
     /// Stores `task` unless a task with its id exists; returns the stored task and whether it was
     /// created by this call. Used for tasks whose id is derived from their arguments.
     async fn insert_or_get_task(&self, task: NewTask) -> Result<(TaskInfo, bool), StoreError> {
+        let owners = self.owners.clone();
         self.write_statement(move |conn| {
             Ok(match select_info(conn, &task.id)? {
                 Some(info) => (info, false),
-                None => (insert(conn, task)?, true),
+                None => (insert(conn, &owners, task)?, true),
             })
         })
         .await
@@ -373,6 +378,7 @@ impl TaskRepo for Sqlite {
         // The row is not read back: under the lease the commit's own view of the task is the
         // row (see `StepCommit::task`), and reading it cost the writer a query and the caller a
         // parse of the task's JSON at every step.
+        let owners = self.owners.clone();
         let written_at = self.write_statement(move |conn| {
             let now = now_ms();
             let values: [&dyn ToSql; 8] = [
@@ -392,7 +398,7 @@ impl TaskRepo for Sqlite {
             };
             let changed = conn.prepare_cached(sql)?.execute(bound)?;
             if let Some(owner) = finishing_owner.filter(|_| changed > 0) {
-                count_unfinished(conn, &owner, -1)?;
+                owners.lock().expect("owner load lock").change(&owner, -1);
             }
             Ok((changed > 0).then_some(now))
         });
@@ -442,7 +448,7 @@ impl TaskRepo for Sqlite {
         lease: i64,
         error: String,
     ) -> Result<Option<TaskInfo>, StoreError> {
-        let id = id.to_owned();
+        let (id, owners) = (id.to_owned(), self.owners.clone());
         self.write(move |conn| {
             let mut stmt = conn.prepare_cached(concat!(
                 "UPDATE tasks SET status = 'failed', error = ?3, completed_at = ?4, updated_at = ?4 \
@@ -453,7 +459,7 @@ impl TaskRepo for Sqlite {
                 .query_row(params![id, lease, error, now_ms()], read_info)
                 .optional()?;
             if let Some(task) = &failed {
-                count_unfinished(conn, &task.owner, -1)?;
+                owners.lock().expect("owner load lock").change(&task.owner, -1);
             }
             Ok(failed)
         })
@@ -467,7 +473,7 @@ impl TaskRepo for Sqlite {
         from: &'static [TaskStatus],
         to: TaskStatus,
     ) -> Result<Transition, StoreError> {
-        let id = id.to_owned();
+        let (id, owners) = (id.to_owned(), self.owners.clone());
         self.write(move |conn| {
             let now = now_ms();
             let completed_at = to.is_terminal().then_some(now);
@@ -493,7 +499,10 @@ impl TaskRepo for Sqlite {
                 let left_unfinished = TaskStatus::from_str(&left).is_ok_and(|s| !s.is_terminal());
                 let delta = i64::from(!to.is_terminal()) - i64::from(left_unfinished);
                 if delta != 0 {
-                    count_unfinished(conn, &task.owner, delta)?;
+                    owners
+                        .lock()
+                        .expect("owner load lock")
+                        .change(&task.owner, delta);
                 }
             }
             outcome(conn, &id, applied)
@@ -507,8 +516,11 @@ impl TaskRepo for Sqlite {
     }
 
     async fn unfinished_tasks_of(&self, owner: &str) -> Result<u64, StoreError> {
-        let owner = owner.to_owned();
-        self.read(move |conn| unfinished_of(conn, &owner)).await
+        Ok(self
+            .owners
+            .lock()
+            .expect("owner load lock")
+            .committed(owner))
     }
 
     /// Tasks, newest first, optionally only one owner's and only one status.
@@ -658,7 +670,11 @@ fn claim(
 /// Inserts `task` as pending (or claimed), or refuses it (see [`TaskRepo::insert_task`]), and
 /// returns it as stored. The one writer thread serialises inserts, so the checks and the
 /// insert are atomic.
-fn insert(conn: &Connection, task: NewTask) -> Result<TaskInfo, StoreError> {
+fn insert(
+    conn: &Connection,
+    owners: &Mutex<OwnerLoad>,
+    task: NewTask,
+) -> Result<TaskInfo, StoreError> {
     if let Some(key) = &task.exclusive {
         let holder: Option<String> = conn
             .prepare_cached(
@@ -676,7 +692,13 @@ fn insert(conn: &Connection, task: NewTask) -> Result<TaskInfo, StoreError> {
             .into());
         }
     }
-    if task.owner_limit < u64::MAX && unfinished_of(conn, &task.owner)? >= task.owner_limit {
+    if task.owner_limit < u64::MAX
+        && owners
+            .lock()
+            .expect("owner load lock")
+            .unfinished(&task.owner)
+            >= task.owner_limit
+    {
         return Err(Refusal::OwnerLimit {
             limit: task.owner_limit,
         }
@@ -705,7 +727,10 @@ fn insert(conn: &Connection, task: NewTask) -> Result<TaskInfo, StoreError> {
         QUEUED,
     ])?;
     // A new task is pending or running: unfinished.
-    count_unfinished(conn, &task.owner, 1)?;
+    owners
+        .lock()
+        .expect("owner load lock")
+        .change(&task.owner, 1);
     // The row just written, as `read_info` would read it back: reading it costs the writer a
     // query and a parse of the parameters for nothing it does not know.
     let (status, node) = (initial.status, initial.node.map(str::to_owned));
@@ -733,28 +758,6 @@ fn insert(conn: &Connection, task: NewTask) -> Result<TaskInfo, StoreError> {
 /// The message of a task no worker has advanced yet.
 const QUEUED: &str = "queued";
 
-/// How many unfinished tasks `owner` has, as `owner_load` counts them.
-fn unfinished_of(conn: &Connection, owner: &str) -> Result<u64, StoreError> {
-    Ok(conn
-        .prepare_cached("SELECT unfinished FROM owner_load WHERE owner = ?1")?
-        .query_row([owner], |row| row.get(0))
-        .optional()?
-        .unwrap_or(0))
-}
-
-/// Changes `owner`'s count of unfinished tasks by `delta`: +1 for a task inserted unfinished,
-/// -1 for one that finished. Every write that does either calls it in the same transaction,
-/// after its own statement applied (triggers did until schema version 12, which says why they
-/// went). A task's owner never changes, and a finished task is never unfinished again.
-fn count_unfinished(conn: &Connection, owner: &str, delta: i64) -> Result<(), StoreError> {
-    conn.prepare_cached(
-        "INSERT INTO owner_load (owner, unfinished) VALUES (?1, ?2) \
-         ON CONFLICT (owner) DO UPDATE SET unfinished = unfinished + ?2",
-    )?
-    .execute(params![owner, delta])?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use chrono::TimeZone;
@@ -777,9 +780,10 @@ mod tests {
     #[tokio::test]
     async fn a_failing_write_alone_is_rolled_back() {
         let (_dir, store) = store().await;
+        let owners = store.owners.clone();
         let failed = store
-            .write(|conn| {
-                insert(conn, new_task("bad"))?;
+            .write(move |conn| {
+                insert(conn, &owners, new_task("bad"))?;
                 conn.execute("UPDATE tasks SET status = 'bogus' WHERE id = 'bad'", [])?;
                 Ok(())
             })
@@ -791,6 +795,48 @@ mod tests {
             store.list_tasks(None, None, None, 10).await.unwrap().len(),
             1
         );
+        assert_eq!(store.unfinished_tasks_of("o").await.unwrap(), 1);
+    }
+
+    /// The owners' counts, which live in memory, are taken from the tasks again when the
+    /// database is opened: what each owner has unfinished, whatever the status.
+    #[tokio::test]
+    async fn owner_counts_are_taken_from_the_tasks_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let open = || Sqlite::open(&path, crate::store::sqlite::WriteQueue::default()).unwrap();
+        let store = open();
+        let statuses = [
+            ("a1", "ann", "pending"),
+            ("a2", "ann", "running"),
+            ("a3", "ann", "completed"),
+            ("b1", "bob", "paused"),
+            ("b2", "bob", "input_required"),
+            ("b3", "bob", "failed"),
+            ("c1", "cat", "cancelled"),
+        ];
+        for (id, owner, status) in statuses {
+            let mut task = new_task(id);
+            task.owner = owner.to_owned();
+            store.insert_task(task).await.unwrap();
+            let (id, status) = (id.to_owned(), status.to_owned());
+            store
+                .write(move |conn| {
+                    conn.execute("UPDATE tasks SET status = ?2 WHERE id = ?1", [id, status])?;
+                    Ok(())
+                })
+                .await
+                .unwrap();
+        }
+        drop(store);
+        let store = open();
+        for (owner, unfinished) in [("ann", 2), ("bob", 2), ("cat", 0)] {
+            assert_eq!(
+                store.unfinished_tasks_of(owner).await.unwrap(),
+                unfinished,
+                "{owner}"
+            );
+        }
     }
 
     /// The first reference server computed its clean-up date by subtracting days from the day
