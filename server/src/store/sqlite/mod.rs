@@ -557,8 +557,8 @@ enum Begun {
 }
 
 /// Runs `batch` in one transaction and answers each write once its fate is known. The owners'
-/// counts follow: a write undone alone takes its changes with it, and the batch's count once
-/// it commits.
+/// counts follow the tasks: a write undone alone takes its changes to them with it, and the
+/// batch's changes count once it commits.
 fn commit(conn: &Connection, batch: Vec<WriteJob>, owners: &Mutex<OwnerLoad>) -> Begun {
     if let Err(e) = run_cached(conn, "BEGIN IMMEDIATE") {
         let locked = matches!(
