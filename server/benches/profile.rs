@@ -130,7 +130,7 @@ async fn first_status_uri(session: &Session) -> String {
 /// A read-only connection to the server's database, opened once: opening one reads and parses
 /// the schema. Under callgrind, where the wait for the last tasks of `start-load` polls about a
 /// hundred times, opening one per poll and counting the unfinished tasks at each cost the run
-/// 14,000 instructions a call of the durable server's figure.
+/// 27,000 instructions a call of the durable server's figure.
 fn beside(db: &std::path::Path) -> Connection {
     let conn = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
     conn.busy_timeout(Duration::from_secs(5)).unwrap();

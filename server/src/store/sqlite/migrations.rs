@@ -352,6 +352,7 @@ pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::sqlite::owners::{OwnerLoad, sample};
 
     #[test]
     fn migrating_twice_is_a_no_op() {
@@ -375,16 +376,7 @@ mod tests {
             conn.execute_batch(sql).unwrap();
         }
         conn.pragma_update(None, "user_version", 9).unwrap();
-        let rows = [
-            ("a1", "a", "pending"),
-            ("a2", "a", "running"),
-            ("a3", "a", "completed"),
-            ("b1", "b", "paused"),
-            ("b2", "b", "input_required"),
-            ("b3", "b", "failed"),
-            ("c1", "c", "cancelled"),
-        ];
-        for (id, owner, status) in rows {
+        for (id, owner, status) in sample::TASKS {
             conn.execute(
                 "INSERT INTO tasks (id, kind, owner, params, status, total, checkpoint, \
                  created_at, updated_at) VALUES (?1, 'k', ?2, '{}', ?3, 1, '{}', 0, 0)",
@@ -393,9 +385,9 @@ mod tests {
             .unwrap();
         }
         migrate(&mut conn).unwrap();
-        let load = super::super::owners::OwnerLoad::load(&conn).unwrap();
-        let counts = ["a", "b", "c"].map(|owner| load.committed(owner));
-        assert_eq!(counts, [2, 2, 0]);
+        let load = OwnerLoad::load(&conn).unwrap();
+        let counts = sample::UNFINISHED.map(|(owner, _)| (owner, load.committed(owner)));
+        assert_eq!(counts, sample::UNFINISHED);
         let left: i64 = conn
             .query_row(
                 "SELECT count(*) FROM sqlite_master WHERE type = 'trigger' \

@@ -134,7 +134,7 @@ pub struct Sqlite {
     /// The request streams whose events are queued (see [`Sqlite::queue_event`]).
     live: Arc<Mutex<LiveStreams>>,
     /// Each owner's count of unfinished tasks, which the writer keeps (see `owners`).
-    owners: Arc<Mutex<OwnerLoad>>,
+    owners: Arc<OwnerLoad>,
     path: Arc<PathBuf>,
 }
 
@@ -215,7 +215,7 @@ impl Sqlite {
         let mut conn = Connection::open(path)?;
         configure(&conn)?;
         migrations::migrate(&mut conn)?;
-        let owners = Arc::new(Mutex::new(OwnerLoad::load(&conn)?));
+        let owners = Arc::new(OwnerLoad::load(&conn)?);
         let (writer, jobs) = mpsc::channel::<WriteJob>(queue.capacity);
         let progress = Arc::<Mutex<Progress>>::default();
         let writer_progress = WriterProgress(progress.clone());
@@ -499,7 +499,7 @@ fn write_loop(
     conn: Connection,
     mut jobs: mpsc::Receiver<WriteJob>,
     progress: WriterProgress,
-    owners: &Mutex<OwnerLoad>,
+    owners: &OwnerLoad,
 ) {
     let mut locked = false;
     while let Some(first) = jobs.blocking_recv() {
@@ -540,7 +540,7 @@ fn write_loop(
                 if !conn.is_autocommit() {
                     let _ = conn.execute_batch("ROLLBACK");
                 }
-                owners.lock().expect("owner load lock").settle(false);
+                owners.settle(false);
             }
         }
     }
@@ -559,7 +559,7 @@ enum Begun {
 /// Runs `batch` in one transaction and answers each write once its fate is known. The owners'
 /// counts follow the tasks: a write undone alone takes its changes to them with it, and the
 /// batch's changes count once it commits.
-fn commit(conn: &Connection, batch: Vec<WriteJob>, owners: &Mutex<OwnerLoad>) -> Begun {
+fn commit(conn: &Connection, batch: Vec<WriteJob>, owners: &OwnerLoad) -> Begun {
     if let Err(e) = run_cached(conn, "BEGIN IMMEDIATE") {
         let locked = matches!(
             e.sqlite_error_code(),
@@ -585,10 +585,10 @@ fn commit(conn: &Connection, batch: Vec<WriteJob>, owners: &Mutex<OwnerLoad>) ->
             replies.push(job(None).1);
             continue;
         }
-        let mark = owners.lock().expect("owner load lock").mark();
+        let mark = owners.mark();
         let ran = std::panic::catch_unwind(AssertUnwindSafe(|| job(Some(Batch { conn, shared }))));
         if !matches!(ran, Ok((Ran::Applied, _))) {
-            owners.lock().expect("owner load lock").undo_to(mark);
+            owners.undo_to(mark);
         }
         match ran {
             Ok((ran, reply)) => {
@@ -645,10 +645,7 @@ fn commit(conn: &Connection, batch: Vec<WriteJob>, owners: &Mutex<OwnerLoad>) ->
             let _ = conn.execute_batch("ROLLBACK");
         }
     }
-    owners
-        .lock()
-        .expect("owner load lock")
-        .settle(committed.is_ok());
+    owners.settle(committed.is_ok());
     for reply in replies {
         reply(committed.as_ref().map(|_| ()));
     }

@@ -14,13 +14,19 @@
 //! drops the batch's.
 
 use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
 
 use rusqlite::Connection;
 
 use crate::store::StoreError;
 
+/// The counts, shared by the writer and the store's readers of them. Each method holds the
+/// lock for a map operation only.
 #[derive(Debug, Default)]
-pub(super) struct OwnerLoad {
+pub(super) struct OwnerLoad(Mutex<Counts>);
+
+#[derive(Debug, Default)]
+struct Counts {
     committed: HashMap<String, u64>,
     /// The changes of the batch being written, in order, applied when it commits. A batch
     /// holds at most a few hundred writes, so a look through it is cheaper than a second map.
@@ -41,62 +47,98 @@ impl OwnerLoad {
                 *committed.entry(owner).or_default() += count;
             }
         }
-        Ok(OwnerLoad {
+        Ok(OwnerLoad(Mutex::new(Counts {
             committed,
             batch: Vec::new(),
-        })
+        })))
+    }
+
+    fn counts(&self) -> MutexGuard<'_, Counts> {
+        self.0.lock().expect("owner load lock")
     }
 
     /// `owner`'s unfinished tasks, counting the changes of the batch being written.
     pub(super) fn unfinished(&self, owner: &str) -> u64 {
-        let committed = self.committed.get(owner).copied().unwrap_or(0);
-        let pending: i64 = self
+        let counts = self.counts();
+        let pending: i64 = counts
             .batch
             .iter()
             .filter(|(changed, _)| changed == owner)
             .map(|(_, delta)| delta)
             .sum();
-        committed.saturating_add_signed(pending)
+        counts.committed(owner).saturating_add_signed(pending)
     }
 
     /// `owner`'s unfinished tasks as committed.
     pub(super) fn committed(&self, owner: &str) -> u64 {
-        self.committed.get(owner).copied().unwrap_or(0)
+        self.counts().committed(owner)
     }
 
     /// Changes `owner`'s count by `delta`: +1 for a task stored unfinished, -1 for one that
     /// finished, in the write that does either, after its own statement applied.
-    pub(super) fn change(&mut self, owner: &str, delta: i64) {
-        self.batch.push((owner.to_owned(), delta));
+    pub(super) fn change(&self, owner: &str, delta: i64) {
+        self.counts().batch.push((owner.to_owned(), delta));
     }
 
     /// Where the batch's changes stand before a write runs.
     pub(super) fn mark(&self) -> usize {
-        self.batch.len()
+        self.counts().batch.len()
     }
 
     /// Drops the changes made since `mark`: the write that made them was undone alone.
-    pub(super) fn undo_to(&mut self, mark: usize) {
-        self.batch.truncate(mark);
+    pub(super) fn undo_to(&self, mark: usize) {
+        self.counts().batch.truncate(mark);
     }
 
     /// Applies the batch's changes if its transaction `committed`, and drops them either way.
-    pub(super) fn settle(&mut self, committed: bool) {
+    pub(super) fn settle(&self, committed: bool) {
+        let mut counts = self.counts();
+        let Counts {
+            committed: map,
+            batch,
+        } = &mut *counts;
         if !committed {
-            self.batch.clear();
+            batch.clear();
             return;
         }
-        for (owner, delta) in self.batch.drain(..) {
-            let was = self.committed.get(&owner).copied().unwrap_or(0);
-            let count = was.saturating_add_signed(delta);
+        for (owner, delta) in batch.drain(..) {
+            let count = map
+                .get(&owner)
+                .copied()
+                .unwrap_or(0)
+                .saturating_add_signed(delta);
             // An owner with nothing unfinished needs no entry: owners come and go.
             if count == 0 {
-                self.committed.remove(&owner);
+                map.remove(&owner);
             } else {
-                self.committed.insert(owner, count);
+                map.insert(owner, count);
             }
         }
     }
+}
+
+impl Counts {
+    fn committed(&self, owner: &str) -> u64 {
+        self.committed.get(owner).copied().unwrap_or(0)
+    }
+}
+
+/// Tasks of three owners (id, owner, status), in every status, and what each owner has
+/// unfinished among them: what the counts taken at open must give, however the database was
+/// made (migrated from before the counts, or written by the store).
+#[cfg(test)]
+pub(super) mod sample {
+    pub(in crate::store::sqlite) const TASKS: [(&str, &str, &str); 7] = [
+        ("a1", "a", "pending"),
+        ("a2", "a", "running"),
+        ("a3", "a", "completed"),
+        ("b1", "b", "paused"),
+        ("b2", "b", "input_required"),
+        ("b3", "b", "failed"),
+        ("c1", "c", "cancelled"),
+    ];
+    pub(in crate::store::sqlite) const UNFINISHED: [(&str, u64); 3] =
+        [("a", 2), ("b", 2), ("c", 0)];
 }
 
 #[cfg(test)]
@@ -105,7 +147,7 @@ mod tests {
 
     #[test]
     fn changes_count_once_their_batch_commits() {
-        let mut load = OwnerLoad::default();
+        let load = OwnerLoad::default();
         load.change("ann", 1);
         load.change("ann", 1);
         assert_eq!(load.unfinished("ann"), 2, "the batch sees its own changes");
@@ -124,7 +166,7 @@ mod tests {
 
     #[test]
     fn a_write_undone_alone_takes_only_its_own_changes() {
-        let mut load = OwnerLoad::default();
+        let load = OwnerLoad::default();
         load.change("ann", 1);
         let mark = load.mark();
         load.change("bob", 1);
@@ -136,11 +178,11 @@ mod tests {
 
     #[test]
     fn an_owner_left_with_nothing_unfinished_is_forgotten() {
-        let mut load = OwnerLoad::default();
+        let load = OwnerLoad::default();
         load.change("ann", 1);
         load.settle(true);
         load.change("ann", -1);
         load.settle(true);
-        assert!(load.committed.is_empty());
+        assert!(load.counts().committed.is_empty());
     }
 }

@@ -8,7 +8,6 @@
 use async_trait::async_trait;
 use std::collections::BTreeMap;
 use std::str::FromStr;
-use std::sync::Mutex;
 
 use chrono::{DateTime, TimeZone, Utc};
 use durable_shared::{CheckpointStats, TaskInfo, TaskStatus};
@@ -398,7 +397,7 @@ impl TaskRepo for Sqlite {
             };
             let changed = conn.prepare_cached(sql)?.execute(bound)?;
             if let Some(owner) = finishing_owner.filter(|_| changed > 0) {
-                owners.lock().expect("owner load lock").change(&owner, -1);
+                owners.change(&owner, -1);
             }
             Ok((changed > 0).then_some(now))
         });
@@ -459,7 +458,7 @@ impl TaskRepo for Sqlite {
                 .query_row(params![id, lease, error, now_ms()], read_info)
                 .optional()?;
             if let Some(task) = &failed {
-                owners.lock().expect("owner load lock").change(&task.owner, -1);
+                owners.change(&task.owner, -1);
             }
             Ok(failed)
         })
@@ -499,10 +498,7 @@ impl TaskRepo for Sqlite {
                 let left_unfinished = TaskStatus::from_str(&left).is_ok_and(|s| !s.is_terminal());
                 let delta = i64::from(!to.is_terminal()) - i64::from(left_unfinished);
                 if delta != 0 {
-                    owners
-                        .lock()
-                        .expect("owner load lock")
-                        .change(&task.owner, delta);
+                    owners.change(&task.owner, delta);
                 }
             }
             outcome(conn, &id, applied)
@@ -516,11 +512,7 @@ impl TaskRepo for Sqlite {
     }
 
     async fn unfinished_tasks_of(&self, owner: &str) -> Result<u64, StoreError> {
-        Ok(self
-            .owners
-            .lock()
-            .expect("owner load lock")
-            .committed(owner))
+        Ok(self.owners.committed(owner))
     }
 
     /// Tasks, newest first, optionally only one owner's and only one status.
@@ -670,11 +662,7 @@ fn claim(
 /// Inserts `task` as pending (or claimed), or refuses it (see [`TaskRepo::insert_task`]), and
 /// returns it as stored. The one writer thread serialises inserts, so the checks and the
 /// insert are atomic.
-fn insert(
-    conn: &Connection,
-    owners: &Mutex<OwnerLoad>,
-    task: NewTask,
-) -> Result<TaskInfo, StoreError> {
+fn insert(conn: &Connection, owners: &OwnerLoad, task: NewTask) -> Result<TaskInfo, StoreError> {
     if let Some(key) = &task.exclusive {
         let holder: Option<String> = conn
             .prepare_cached(
@@ -692,13 +680,7 @@ fn insert(
             .into());
         }
     }
-    if task.owner_limit < u64::MAX
-        && owners
-            .lock()
-            .expect("owner load lock")
-            .unfinished(&task.owner)
-            >= task.owner_limit
-    {
+    if task.owner_limit < u64::MAX && owners.unfinished(&task.owner) >= task.owner_limit {
         return Err(Refusal::OwnerLimit {
             limit: task.owner_limit,
         }
@@ -727,10 +709,7 @@ fn insert(
         QUEUED,
     ])?;
     // A new task is pending or running: unfinished.
-    owners
-        .lock()
-        .expect("owner load lock")
-        .change(&task.owner, 1);
+    owners.change(&task.owner, 1);
     // The row just written, as `read_info` would read it back: reading it costs the writer a
     // query and a parse of the parameters for nothing it does not know.
     let (status, node) = (initial.status, initial.node.map(str::to_owned));
@@ -763,6 +742,7 @@ mod tests {
     use chrono::TimeZone;
 
     use super::*;
+    use crate::store::sqlite::owners::sample;
     use crate::store::tests::new_task;
 
     async fn store() -> (tempfile::TempDir, Sqlite) {
@@ -806,31 +786,27 @@ mod tests {
         let path = dir.path().join("t.db");
         let open = || Sqlite::open(&path, crate::store::sqlite::WriteQueue::default()).unwrap();
         let store = open();
-        let statuses = [
-            ("a1", "ann", "pending"),
-            ("a2", "ann", "running"),
-            ("a3", "ann", "completed"),
-            ("b1", "bob", "paused"),
-            ("b2", "bob", "input_required"),
-            ("b3", "bob", "failed"),
-            ("c1", "cat", "cancelled"),
-        ];
-        for (id, owner, status) in statuses {
-            let mut task = new_task(id);
-            task.owner = owner.to_owned();
-            store.insert_task(task).await.unwrap();
-            let (id, status) = (id.to_owned(), status.to_owned());
-            store
-                .write(move |conn| {
-                    conn.execute("UPDATE tasks SET status = ?2 WHERE id = ?1", [id, status])?;
-                    Ok(())
-                })
-                .await
-                .unwrap();
-        }
+        let stored = async {
+            for (id, owner, status) in sample::TASKS {
+                let mut task = new_task(id);
+                task.owner = owner.to_owned();
+                store.insert_task(task).await.unwrap();
+                let (id, status) = (id.to_owned(), status.to_owned());
+                store
+                    .write(move |conn| {
+                        conn.execute("UPDATE tasks SET status = ?2 WHERE id = ?1", [id, status])?;
+                        Ok(())
+                    })
+                    .await
+                    .unwrap();
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(10), stored)
+            .await
+            .expect("the tasks are stored in time");
         drop(store);
         let store = open();
-        for (owner, unfinished) in [("ann", 2), ("bob", 2), ("cat", 0)] {
+        for (owner, unfinished) in sample::UNFINISHED {
             assert_eq!(
                 store.unfinished_tasks_of(owner).await.unwrap(),
                 unfinished,
