@@ -30,8 +30,10 @@
 //! see them per function, strip it from a copy first (`objcopy --strip-debug`).
 //!
 //! Each run also prints the process's CPU time per call, user and kernel, over the same part:
-//! callgrind counts no kernel work (the writer's WAL writes and fsyncs, the thread wake-ups),
-//! and neither does its figure. It is wall-clock noisy, so compare several runs of each side.
+//! callgrind counts no kernel work (the writer's WAL writes and fsyncs, the thread wake-ups,
+//! the socket writes and reads), and neither does its figure. It is wall-clock noisy, so
+//! compare several runs of each side; the read and write system calls per call printed beside
+//! it are not.
 //!
 //! The instruction count includes the client (reqwest) in the same process; it is the same on
 //! both sides of a comparison.
@@ -67,15 +69,19 @@ fn profile_end() {
     std::hint::black_box("profile_end");
 }
 
-/// The process's CPU time so far, user and kernel, and its context switches: what callgrind
-/// does not count. Under `start-load` the store's writer spends about half its time in the
-/// kernel (WAL writes and fsync), so an instruction count alone misjudges a change to how
-/// the writer batches.
+/// The process's CPU time so far, user and kernel, its context switches, and its read and
+/// write system calls (sockets and files alike): what callgrind does not count. Under
+/// `start-load` the store's writer spends about half its time in the kernel (WAL writes and
+/// fsync), and each socket write on loopback costs its reader a wake-up and a read, so an
+/// instruction count alone misjudges a change to how the writer batches or a response is
+/// written. Unlike the CPU times, the call counts are steady from run to run.
 #[derive(Clone, Copy)]
 struct Usage {
     user: Duration,
     kernel: Duration,
     switches: i64,
+    reads: u64,
+    writes: u64,
 }
 
 impl Usage {
@@ -88,6 +94,8 @@ impl Usage {
             user: time(usage.user_time()),
             kernel: time(usage.system_time()),
             switches: usage.voluntary_context_switches() + usage.involuntary_context_switches(),
+            reads: io_calls("syscr"),
+            writes: io_calls("syscw"),
         }
     }
 
@@ -95,13 +103,27 @@ impl Usage {
     fn report_since(self, calls: usize) {
         let now = Usage::now();
         let per_call = |d: Duration| d.as_secs_f64() * 1e6 / calls as f64;
+        let count_per_call = |count: u64| count as f64 / calls as f64;
         eprintln!(
-            "cpu per call: {:.1} us user, {:.1} us kernel, {:.2} context switches ({calls} calls)",
+            "cpu per call: {:.1} us user, {:.1} us kernel, {:.2} context switches, {:.2} read and \
+             {:.2} write system calls ({calls} calls)",
             per_call(now.user - self.user),
             per_call(now.kernel - self.kernel),
             (now.switches - self.switches) as f64 / calls as f64,
+            count_per_call(now.reads - self.reads),
+            count_per_call(now.writes - self.writes),
         );
     }
+}
+
+/// The process's count of read (`syscr`) or write (`syscw`) system calls so far, from
+/// `/proc/self/io`.
+fn io_calls(field: &str) -> u64 {
+    let io = std::fs::read_to_string("/proc/self/io").expect("/proc/self/io");
+    io.lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|count| count.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/self/io"))
 }
 
 fn ping(id: usize) -> Value {

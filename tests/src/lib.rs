@@ -99,6 +99,29 @@ pub async fn within<T>(limit: Duration, what: &str, future: impl Future<Output =
     }
 }
 
+/// Holds the SQLite database at `path`'s write lock from another process for `seconds`;
+/// returns once it is held.
+pub async fn lock_database(path: &std::path::Path, seconds: u32) -> tokio::process::Child {
+    let mut locker = tokio::process::Command::new("python3")
+        .arg("-c")
+        .arg(format!(
+            "import sqlite3, sys, time\n\
+             db = sqlite3.connect(sys.argv[1], isolation_level=None)\n\
+             db.execute('BEGIN EXCLUSIVE')\n\
+             print('locked', flush=True)\n\
+             time.sleep({seconds})\n\
+             db.execute('ROLLBACK')\n"
+        ))
+        .arg(path)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3");
+    let mut lines = stdout_lines(&mut locker);
+    within(Duration::from_secs(10), "the lock", lines.recv()).await;
+    locker
+}
+
 /// The `durable-mcp` binary of this build profile, built once per test process. Cargo only
 /// builds a package's binaries for that package's own tests, so the suites ask for it here.
 /// The build blocks (a `std` command) on purpose: it runs once, before any server or client of

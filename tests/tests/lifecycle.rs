@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use durable_shared::TaskStatus;
-use durable_tests::{Client, Server, uninterrupted, wait_progress, within};
+use durable_tests::{Client, Server, lock_database, uninterrupted, wait_progress, within};
 use serde_json::{Value, json};
 
 const TASK_LIMIT: Duration = Duration::from_secs(60);
@@ -311,29 +311,6 @@ async fn the_probes_fail_while_the_database_is_locked_and_recover() {
         .wait_terminal(task["task_id"].as_str().unwrap(), Duration::from_secs(30))
         .await;
     assert_eq!(done.status, TaskStatus::Completed);
-}
-
-/// Holds the SQLite database at `path`'s write lock from another process for `seconds`;
-/// returns once it is held.
-async fn lock_database(path: &std::path::Path, seconds: u32) -> tokio::process::Child {
-    let mut locker = tokio::process::Command::new("python3")
-        .arg("-c")
-        .arg(format!(
-            "import sqlite3, sys, time\n\
-             db = sqlite3.connect(sys.argv[1], isolation_level=None)\n\
-             db.execute('BEGIN EXCLUSIVE')\n\
-             print('locked', flush=True)\n\
-             time.sleep({seconds})\n\
-             db.execute('ROLLBACK')\n"
-        ))
-        .arg(path)
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("python3");
-    let mut lines = durable_tests::stdout_lines(&mut locker);
-    within(Duration::from_secs(10), "the lock", lines.recv()).await;
-    locker
 }
 
 /// A task whose step commits fail because another process holds the database's write lock

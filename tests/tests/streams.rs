@@ -126,6 +126,43 @@ async fn the_standalone_stream_resumes_exactly_after_the_last_id_and_then_goes_l
     }
 }
 
+/// A POST's answer sends its headers together with its priming event, whose id is usable only
+/// once its stream is recorded: while another process holds the database's lock, not even the
+/// headers come; once it lets go, the priming event is the first thing read, then the answer.
+#[tokio::test]
+async fn a_post_answers_headers_come_with_its_priming_event() {
+    let (dir, server) = server(&["--time-scale", "0"]).await;
+    let session = RawSession::open(&server.mcp_url(), V_NEW).await;
+    // Answered, so the store is open (the server prints its address before opening it).
+    let database = dir.path().join("tasks.db");
+    if !database.is_file() {
+        eprintln!("skipped: this server keeps its state in PostgreSQL");
+        return;
+    }
+    let locker = durable_tests::lock_database(&database, 20).await;
+    let request = session
+        .request(reqwest::Method::POST)
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}));
+    let mut answer = tokio::spawn(request.send());
+    let early = tokio::time::timeout(Duration::from_millis(300), &mut answer).await;
+    assert!(
+        early.is_err(),
+        "the headers came before the priming event's stream could be recorded"
+    );
+    drop(locker);
+    let response = within(IO_TIMEOUT, "the answer's headers", answer)
+        .await
+        .expect("the request task")
+        .expect("the answer");
+    assert_eq!(response.status(), 200);
+    let mut answer = Sse::new(response);
+    let first = answer.next(IO_TIMEOUT).await.expect("the priming event");
+    assert!(first.is_priming() && first.id.is_some(), "{first:?}");
+    let tools = answer.next(IO_TIMEOUT).await.expect("the answer");
+    assert_eq!(tools.json()["id"], 1, "{tools:?}");
+    assert!(tools.json()["result"]["tools"].is_array(), "{tools:?}");
+}
+
 /// A 2025-03-26 client gets no priming event, so the first event of its standalone stream is
 /// the first id it holds: that event is stored as every later one is, and a resumption from it
 /// replays everything after it without a gap, then goes live.

@@ -202,8 +202,26 @@ pub async fn resumable(
             }
         },
     );
+    let mut stream = Box::pin(stream);
+    // Returned at once, the headers would go out in a write of their own while the priming
+    // event waits for its stream's record to be durable, and the client would read and wake
+    // for each: under load, a third of a `start_*` call's socket writes. A POST's stream on a
+    // session that keeps priming events begins with one that rmcp sends as it opens the stream,
+    // so the headers wait for it and go out in the same write, as they do from a server that
+    // stores nothing. Only for so long: should that event ever not come at once, the headers
+    // go out alone, as before.
+    if method == Method::POST
+        && priming == Priming::Keep
+        && let Ok(first) = tokio::time::timeout(FIRST_FRAME_WAIT, stream.next()).await
+    {
+        let first = futures::stream::iter(first);
+        return Response::from_parts(parts, Body::from_stream(first.chain(stream)));
+    }
     Response::from_parts(parts, Body::from_stream(stream))
 }
+
+/// How long a POST's answer holds its headers back for its stream's priming event.
+const FIRST_FRAME_WAIT: Duration = Duration::from_secs(1);
 
 /// Most frames of an SSE body sent as one chunk.
 const READY_FRAMES: usize = 64;
