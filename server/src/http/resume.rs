@@ -202,22 +202,31 @@ pub async fn resumable(
             }
         },
     );
-    let mut stream = Box::pin(stream);
     // Returned at once, the headers would go out in a write of their own while the priming
     // event waits for its stream's record to be durable, and the client would read and wake
     // for each: under load, a third of a `start_*` call's socket writes. A POST's stream on a
     // session that keeps priming events begins with one that rmcp sends as it opens the stream,
     // so the headers wait for it and go out in the same write, as they do from a server that
-    // stores nothing. Only for so long: should that event ever not come at once, the headers
-    // go out alone, as before.
-    if method == Method::POST
-        && priming == Priming::Keep
-        && let Ok(first) = tokio::time::timeout(FIRST_FRAME_WAIT, stream.next()).await
-    {
-        let first = futures::stream::iter(first);
-        return Response::from_parts(parts, Body::from_stream(first.chain(stream)));
+    // stores nothing.
+    let body = match method == Method::POST && priming == Priming::Keep {
+        true => with_first_frame(stream, FIRST_FRAME_WAIT).await,
+        false => Body::from_stream(stream),
+    };
+    Response::from_parts(parts, body)
+}
+
+/// `frames` as a body whose first frame is there before the body is: awaited for at most
+/// `wait`, after which the body is returned without it, as it would have been.
+async fn with_first_frame<S>(frames: S, wait: Duration) -> Body
+where
+    S: futures::Stream<Item = Result<Bytes, axum::Error>> + Send + 'static,
+{
+    // Fused: the first frame may be the end, and the body polls on after it all the same.
+    let mut frames = Box::pin(frames.fuse());
+    match tokio::time::timeout(wait, frames.next()).await {
+        Ok(first) => Body::from_stream(futures::stream::iter(first).chain(frames)),
+        Err(_) => Body::from_stream(frames),
     }
-    Response::from_parts(parts, Body::from_stream(stream))
 }
 
 /// How long a POST's answer holds its headers back for its stream's priming event.
@@ -613,6 +622,54 @@ mod tests {
     use super::*;
 
     const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+    /// The frames of `body`, in order, until it ends.
+    async fn frames_of(body: Body) -> Vec<Bytes> {
+        let frames = body.into_data_stream().map(|frame| frame.expect("a frame"));
+        tokio::time::timeout(Duration::from_secs(5), frames.collect())
+            .await
+            .expect("the body ends")
+    }
+
+    /// An SSE body as rmcp's frames come through the rewriter: an `unfold`, which panics when
+    /// polled again after it ended.
+    fn frames(list: &[&'static str]) -> impl futures::Stream<Item = Result<Bytes, axum::Error>> {
+        let frames: Vec<Bytes> = list.iter().map(|frame| Bytes::from(*frame)).collect();
+        futures::stream::unfold(frames.into_iter(), |mut frames| async move {
+            let next = frames.next()?;
+            Some((Ok(next), frames))
+        })
+    }
+
+    #[tokio::test]
+    async fn a_body_with_its_first_frame_keeps_every_frame_in_order() {
+        let body = with_first_frame(frames(&["a", "b", "c"]), Duration::from_secs(5)).await;
+        assert_eq!(frames_of(body).await, ["a", "b", "c"]);
+    }
+
+    /// A body that ends before any frame is an empty body, not a stream polled after its end.
+    #[tokio::test]
+    async fn a_body_that_ends_at_once_is_empty() {
+        let body = with_first_frame(frames(&[]), Duration::from_secs(5)).await;
+        assert!(frames_of(body).await.is_empty());
+    }
+
+    /// A first frame that does not come in time is not waited for beyond the wait, and is
+    /// not lost: the body sends it when it comes.
+    #[tokio::test]
+    async fn a_first_frame_that_does_not_come_in_time_follows_the_headers() {
+        let (send, frame) = tokio::sync::oneshot::channel::<&'static str>();
+        let late =
+            futures::stream::once(async move { Ok(Bytes::from(frame.await.expect("the frame"))) });
+        let body = tokio::time::timeout(
+            Duration::from_secs(5),
+            with_first_frame(late, Duration::from_millis(10)),
+        )
+        .await
+        .expect("the body before its first frame");
+        send.send("late").unwrap();
+        assert_eq!(frames_of(body).await, ["late"]);
+    }
 
     fn stream(owner: Option<&str>, next_seq: u64, event_kept: bool) -> StoredStream {
         StoredStream {
