@@ -80,8 +80,8 @@ struct Usage {
     user: Duration,
     kernel: Duration,
     switches: i64,
-    reads: u64,
-    writes: u64,
+    reads: i64,
+    writes: i64,
 }
 
 impl Usage {
@@ -103,13 +103,13 @@ impl Usage {
     fn report_since(self, calls: usize) {
         let now = Usage::now();
         let per_call = |d: Duration| d.as_secs_f64() * 1e6 / calls as f64;
-        let count_per_call = |count: u64| count as f64 / calls as f64;
+        let count_per_call = |count: i64| count as f64 / calls as f64;
         eprintln!(
             "cpu per call: {:.1} us user, {:.1} us kernel, {:.2} context switches, {:.2} read and \
              {:.2} write system calls ({calls} calls)",
             per_call(now.user - self.user),
             per_call(now.kernel - self.kernel),
-            (now.switches - self.switches) as f64 / calls as f64,
+            count_per_call(now.switches - self.switches),
             count_per_call(now.reads - self.reads),
             count_per_call(now.writes - self.writes),
         );
@@ -118,7 +118,7 @@ impl Usage {
 
 /// The process's count of read (`syscr`) or write (`syscw`) system calls so far, from
 /// `/proc/self/io`.
-fn io_calls(field: &str) -> u64 {
+fn io_calls(field: &str) -> i64 {
     let io = std::fs::read_to_string("/proc/self/io").expect("/proc/self/io");
     io.lines()
         .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))

@@ -329,6 +329,16 @@ impl Server {
         format!("http://{}/mcp", self.addr)
     }
 
+    /// The SQLite file the server keeps its state in; `None` on PostgreSQL. Tests that reach
+    /// into the file (to lock it, say) skip themselves without one.
+    pub fn sqlite_file(&self) -> Option<PathBuf> {
+        match &self.database {
+            TestDatabase::Sqlite => Some(self.dir.join("tasks.db")),
+            TestDatabase::SqliteAt(path) => Some(path.clone()),
+            TestDatabase::Postgres(_) | TestDatabase::Shared(_) => None,
+        }
+    }
+
     /// A scrape of the server's `/metrics`.
     pub async fn metrics(&self) -> Metrics {
         let url = format!("http://{}/metrics", self.addr);

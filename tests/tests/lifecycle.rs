@@ -279,13 +279,11 @@ async fn the_probes_fail_while_the_database_is_locked_and_recover() {
     for path in ["/healthz", "/readyz"] {
         assert_eq!(probe(path).await, (200, json!({"status": "ok"})), "{path}");
     }
-    // Answered, so the store is open (the server prints its address before opening it).
-    let database = dir.path().join("tasks.db");
-    if !database.is_file() {
+    let Some(database) = server.sqlite_file() else {
         // On PostgreSQL the same is shown by cutting the database off (`fleet.rs`).
         eprintln!("skipped: this server keeps its state in PostgreSQL");
         return;
-    }
+    };
     // Another process takes the write lock for four seconds.
     let _locker = lock_database(&database, 4).await;
     let (status, body) = probe("/readyz").await;
@@ -326,11 +324,10 @@ async fn a_task_outlives_a_database_locked_longer_than_sqlite_waits() {
     let started = client.call_ok("start_batch_processing", args.clone()).await;
     let task_id = started["task_id"].as_str().unwrap().to_owned();
     wait_progress(&client, &task_id, 4).await;
-    let database = dir.path().join("tasks.db");
-    if !database.is_file() {
+    let Some(database) = server.sqlite_file() else {
         eprintln!("skipped: this server keeps its state in PostgreSQL (see fleet.rs for cuts)");
         return;
-    }
+    };
     let mut locker = lock_database(&database, 8).await;
     within(Duration::from_secs(30), "the lock to end", locker.wait())
         .await
@@ -398,7 +395,7 @@ async fn metrics_count_steps_tasks_events_and_sessions() {
     assert_eq!(metric(telemetry::OPEN_STREAMS), Some(2.0));
     let appended = metric(telemetry::EVENTS_APPENDED).expect("events appended");
     assert!(appended >= 5.0, "{appended}");
-    if dir.path().join("tasks.db").is_file() {
+    if server.sqlite_file().is_some() {
         // The SQLite writer's transactions (PostgreSQL has no writer thread).
         assert!(metric(&series(telemetry::STORE_BATCH_WRITES, "_count")).unwrap() >= 1.0);
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use durable_shared::TASK_META_KEY;
 use durable_tests::proxy::Proxy;
 use durable_tests::raw::{Event, EventExt, RawSession, Sse};
-use durable_tests::{IO_TIMEOUT, Server, within};
+use durable_tests::{IO_TIMEOUT, Server, lock_database, within};
 use serde_json::{Value, json};
 
 const V_NEW: &str = "2025-11-25";
@@ -131,15 +131,13 @@ async fn the_standalone_stream_resumes_exactly_after_the_last_id_and_then_goes_l
 /// headers come; once it lets go, the priming event is the first thing read, then the answer.
 #[tokio::test]
 async fn a_post_answers_headers_come_with_its_priming_event() {
-    let (dir, server) = server(&["--time-scale", "0"]).await;
-    let session = RawSession::open(&server.mcp_url(), V_NEW).await;
-    // Answered, so the store is open (the server prints its address before opening it).
-    let database = dir.path().join("tasks.db");
-    if !database.is_file() {
+    let (_dir, server) = server(&["--time-scale", "0"]).await;
+    let Some(database) = server.sqlite_file() else {
         eprintln!("skipped: this server keeps its state in PostgreSQL");
         return;
-    }
-    let locker = durable_tests::lock_database(&database, 20).await;
+    };
+    let session = RawSession::open(&server.mcp_url(), V_NEW).await;
+    let locker = lock_database(&database, 20).await;
     let request = session
         .request(reqwest::Method::POST)
         .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}));
