@@ -295,10 +295,12 @@ impl Server {
             .arg(&self.data_dir)
             .args(["--node-id", &self.node_id]);
         match &self.database {
-            TestDatabase::Sqlite => command.arg("--db").arg(self.dir.join("tasks.db")),
+            TestDatabase::Sqlite | TestDatabase::SqliteAt(_) => {
+                let file = self.sqlite_file().expect("a SQLite database has a file");
+                command.arg("--db").arg(file)
+            }
             TestDatabase::Postgres(scratch) => command.args(["--database-url", scratch.url()]),
             TestDatabase::Shared(url) => command.args(["--database-url", url]),
-            TestDatabase::SqliteAt(path) => command.arg("--db").arg(path),
         };
         if !self.args.iter().any(|arg| arg == "--dashboard-dir") {
             command.args(["--dashboard-dir", "/nonexistent"]);
